@@ -1,0 +1,77 @@
+"""KernelSpec: what build_tools needs to know about one op.
+
+A kernel module (one op per file) exposes ``SPEC = KernelSpec(...)``. The build enumerates
+``keys × specs × archs``; each point is one *variant* whose procedural name
+(``rms_norm_bf16_n4096``) is registry key, symbol prefix and filter glob at once.
+
+Conventions the generator and runtime rely on:
+
+* ``factory(arch=..., **key, **spec)`` returns a TileLang ``T.prim_func``. Its parameters are
+  the op's tensors (in call order), then its runtime scalars (``T.float32`` etc.).
+* Dynamic sizes are ``T.dynamic("M")`` variables used in tensor shapes; every dynamic variable
+  must appear as a whole dimension of some tensor, so the runtime can read it off the shapes.
+* A specialisation fixes some of those sizes to constants (``{"N": 4096}``); the generic
+  variant (``{}``) leaves them dynamic. The runtime picks the first variant whose shape
+  pattern matches, specialised ones first.
+* ``constraints(key, spec)`` names divisibility requirements on dynamic sizes (``{"K": 8}``):
+  a variant only matches calls that satisfy them, and the Python layer reports violations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Short names used in variant names and dispatch keys.
+DTYPE_SHORT = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float32": "fp32",
+    "float8_e4m3": "e4m3",
+    "int32": "i32",
+    "uint8": "u8",
+}
+
+# Every GPU target the default build covers, in the SASS naming of DESIGN.md.
+DEFAULT_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a")
+
+
+def _always(arch: str, key: Mapping[str, str], spec: Mapping[str, int]) -> bool:
+    return True
+
+
+def _no_constraints(key: Mapping[str, str], spec: Mapping[str, int]) -> dict[str, int]:
+    return {}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything the build needs to enumerate, trace and test one op."""
+
+    op: str
+    factory: Callable[..., Any]
+    # Non-shape choices: dtypes and modes. Each dict is one dispatch key; its values, in
+    # insertion order, form the key string ("bf16" or "bf16,g128").
+    keys: tuple[Mapping[str, str], ...]
+    # Shape specialisations; {} is the generic (all-runtime) variant and must be present.
+    specs: tuple[Mapping[str, int], ...]
+    reference: Callable[..., Any]
+    # Which archs a (key, spec) is built for (e.g. a wgmma config only on sm_90a).
+    supports: Callable[[str, Mapping[str, str], Mapping[str, int]], bool] = _always
+    constraints: Callable[[Mapping[str, str], Mapping[str, int]], dict[str, int]] = _no_constraints
+    doc: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def key_string(self, key: Mapping[str, str]) -> str:
+        return ",".join(short(v) for v in key.values())
+
+    def variant_name(self, key: Mapping[str, str], spec: Mapping[str, int]) -> str:
+        parts = [self.op, *(short(v) for v in key.values())]
+        parts += [f"{k.lower()}{v}" for k, v in spec.items()] or ["any"]
+        return "_".join(parts)
+
+
+def short(value: str) -> str:
+    """Short form of a key value: dtypes abbreviated, other modes kept as written."""
+    return DTYPE_SHORT.get(value, value)
