@@ -1,0 +1,81 @@
+"""The build matrix: which variants exist for a build config.
+
+A variant is one (spec, key, specialisation); it is built for every configured arch its spec
+supports. Its procedural name is registry key, symbol prefix and filter glob at once.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kernels_py.spec import DEFAULT_ARCHS, KernelSpec
+
+ARCH_ORDER = {a: i for i, a in enumerate(DEFAULT_ARCHS)}
+
+
+@dataclass(frozen=True)
+class VariantPoint:
+    spec: KernelSpec
+    key: Mapping[str, str]
+    specialisation: Mapping[str, int]
+    archs: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.variant_name(self.key, self.specialisation)
+
+    @property
+    def key_string(self) -> str:
+        return self.spec.key_string(self.key)
+
+    @property
+    def generic(self) -> bool:
+        return not self.specialisation
+
+
+def parse_archs(text: str | Iterable[str]) -> tuple[str, ...]:
+    """'70;90a,sm_100a' → ('sm_70', 'sm_90a', 'sm_100a'), validated and in canonical order."""
+    items = text.replace(";", ",").split(",") if isinstance(text, str) else list(text)
+    archs = set()
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        arch = item if item.startswith("sm_") else f"sm_{item}"
+        if arch not in ARCH_ORDER:
+            known = ", ".join(DEFAULT_ARCHS)
+            raise ValueError(f"unknown arch {item!r}: tileaot builds for {known}")
+        archs.add(arch)
+    if not archs:
+        raise ValueError("no archs selected")
+    return tuple(sorted(archs, key=ARCH_ORDER.__getitem__))
+
+
+def parse_ops(text: str) -> tuple[str, ...]:
+    """'rms_norm*;gemm_bf16*' → globs over variant names ('*' = everything)."""
+    globs = tuple(g.strip() for g in text.replace(";", ",").split(",") if g.strip())
+    return globs or ("*",)
+
+
+def enumerate_variants(
+    specs: Iterable[KernelSpec], archs: tuple[str, ...], ops: tuple[str, ...] = ("*",)
+) -> list[VariantPoint]:
+    """Every variant selected by `ops` globs, with the archs its spec supports."""
+    points = []
+    for spec in specs:
+        if {} not in [dict(s) for s in spec.specs]:
+            raise ValueError(f"{spec.op}: specs must include the generic variant {{}}")
+        for key in spec.keys:
+            for specialisation in spec.specs:
+                name = spec.variant_name(key, specialisation)
+                if not any(fnmatch.fnmatchcase(name, g) or g == spec.op for g in ops):
+                    continue
+                supported = tuple(a for a in archs if spec.supports(a, key, specialisation))
+                if supported:
+                    points.append(VariantPoint(spec, key, specialisation, supported))
+    names = [p.name for p in points]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"variant names are not unique: {duplicates}")
+    return points
