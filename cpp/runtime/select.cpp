@@ -1,0 +1,105 @@
+#include "select.h"
+
+#include <cstring>
+
+#include "tileaot/tileaot.h"
+
+namespace tileaot::detail {
+namespace {
+
+bool same_group(const Variant& a, const Variant& b) {
+  return std::strcmp(a.op, b.op) == 0 && std::strcmp(a.key, b.key) == 0;
+}
+
+// Preference of an arch among those that run on one device (all share its major): higher
+// minor first, and an "a" arch before the plain one of the same major.minor.
+int arch_rank(const Variant& v) { return v.arch_minor * 2 + (v.arch_specific ? 1 : 0); }
+
+// The best rank below `below` among the group's rows that run on major.minor; -1 if none.
+int next_rank(const Group& g, int major, int minor, int below) {
+  int best = -1;
+  for (int32_t i = g.begin; i < g.end; ++i) {
+    const Variant& v = kVariants[i];
+    const int rank = arch_rank(v);
+    if (rank < below && rank > best && arch_runs_on(v, major, minor)) best = rank;
+  }
+  return best;
+}
+
+// First row of the given arch rank whose pattern accepts the shapes; -1 if none.
+int32_t first_match(const Group& g, int major, int minor, int rank, const int64_t* shapes,
+                    int64_t* dyn) {
+  for (int32_t i = g.begin; i < g.end; ++i) {
+    const Variant& v = kVariants[i];
+    if (arch_rank(v) != rank || !arch_runs_on(v, major, minor)) continue;
+    // A row with more dynamic sizes than the buffer holds would overflow `dyn`: never match.
+    if (v.n_dyn > kMaxDyn || shape_count(v) != shape_count(kVariants[g.begin])) continue;
+    if (v.match(shapes, dyn)) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+bool group_of(int32_t handle, Group* group) {
+  if (handle < 0 || handle >= kNumVariants) return false;
+  if (handle > 0 && same_group(kVariants[handle - 1], kVariants[handle])) return false;
+  int32_t end = handle + 1;
+  while (end < kNumVariants && same_group(kVariants[handle], kVariants[end])) ++end;
+  *group = {handle, end};
+  return true;
+}
+
+int32_t lookup_group(const char* op, const char* key, std::string* error) {
+  for (int32_t i = 0; i < kNumVariants; ++i) {
+    const Variant& v = kVariants[i];
+    if (std::strcmp(v.op, op) == 0 && std::strcmp(v.key, key) == 0) return i;
+  }
+  *error = lookup_miss_message(op, key);
+  return -1;
+}
+
+int32_t shape_count(const Variant& v) {
+  int32_t n = 0;
+  for (int32_t t = 0; t < v.n_tensors; ++t) n += v.ndims[t];
+  return n;
+}
+
+bool arch_runs_on(const Variant& v, int major, int minor) {
+  if (v.arch_major != major) return false;
+  return v.arch_specific ? v.arch_minor == minor : v.arch_minor <= minor;
+}
+
+std::string arch_name(int major, int minor) {
+  std::string name = "sm_" + std::to_string(major) + std::to_string(minor);
+  if ((major == 9 || major == 10) && minor == 0) name += "a";
+  return name;
+}
+
+int select_for_arch(int32_t handle, int major, int minor, const int64_t* shapes, int32_t n_shapes,
+                    int64_t* dyn, int32_t* row, std::string* error, int device) {
+  Group g;
+  if (!group_of(handle, &g)) {
+    *error = "tileaot: invalid handle " + std::to_string(handle) + " (use tileaot_lookup)";
+    return TILEAOT_ERROR_INVALID;
+  }
+  const Variant& first = kVariants[g.begin];
+  if (n_shapes != shape_count(first) || (n_shapes > 0 && shapes == nullptr)) {
+    *error = std::string("tileaot: ") + first.op + "[" + first.key + "] takes " +
+             std::to_string(shape_count(first)) + " shape values (the tensors' dims, " +
+             "concatenated: " + first.signature + "), got " + std::to_string(n_shapes);
+    return TILEAOT_ERROR_INVALID;
+  }
+  for (int rank = next_rank(g, major, minor, 1 << 30); rank >= 0;
+       rank = next_rank(g, major, minor, rank)) {
+    const int32_t i = first_match(g, major, minor, rank, shapes, dyn);
+    if (i >= 0) {
+      *row = i;
+      return TILEAOT_OK;
+    }
+  }
+  *error = select_miss_message(g, major, minor, shapes, device);
+  return TILEAOT_ERROR_MISS;
+}
+
+}  // namespace tileaot::detail

@@ -1,0 +1,27 @@
+// What the fake libcuda.so.1 (fake_cuda.cpp) records, for test_runtime.cpp to check.
+#pragma once
+
+#include <cstdint>
+
+struct FakeLaunch {
+  unsigned grid[3], block[3], smem;
+  void* stream;
+  void* fn;
+  void* ctx;  // context current at launch
+  int n_attrs;
+  int attr_ids[4];
+  int pdl, cooperative;
+  unsigned cluster[3];
+};
+
+struct FakeCudaState {
+  int init_calls, proc_address_calls, retains, pushes, pops;
+  int module_loads, get_functions, set_attrs, last_set_attr_value, encodes, last_encode_rank;
+  int n_launches;
+  FakeLaunch launches[256];
+  int fail_launch;       // status cuLaunchKernelEx returns (0: success)
+  int fail_module_load;  // status cuModuleLoadData returns (0: success)
+};
+
+extern "C" FakeCudaState* fake_cuda_state();
+extern "C" void* fake_cuda_primary_ctx(int device);

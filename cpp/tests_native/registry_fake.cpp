@@ -1,0 +1,132 @@
+// A hand-written stand-in for the generated <build>/gen/registry.cpp: two ops, several archs,
+// specialised and generic rows, one TMA/cluster/cooperative kernel. Blobs are not cubins: the
+// fake driver (fake_cuda.cpp) reads them as a text list of the kernel names they "contain".
+#include "registry.h"
+
+namespace tileaot::detail {
+namespace {
+
+// rms_norm: x[M,N] weight[N] y[M,N]; eps.
+const int32_t kRmsNdims[] = {2, 1, 2};
+
+// Generic: N dynamic, N % 8 == 0; dyn = {M, N}.
+bool match_rms_any(const int64_t* s, int64_t* dyn) {
+  const int64_t m = s[0], n = s[1];
+  if (s[2] != n || s[3] != m || s[4] != n || n % 8 != 0) return false;
+  dyn[0] = m;
+  dyn[1] = n;
+  return true;
+}
+
+// Specialised on N = 4096; dyn = {M}.
+bool match_rms_n4096(const int64_t* s, int64_t* dyn) {
+  if (s[1] != 4096 || s[2] != 4096 || s[3] != s[0] || s[4] != 4096) return false;
+  dyn[0] = s[0];
+  return true;
+}
+
+int launch_rms(Launcher& l, const CallArgs& a, int64_t n) {
+  void* x = a.ptrs[0];
+  void* w = a.ptrs[1];
+  void* y = a.ptrs[2];
+  int32_t m = static_cast<int32_t>(a.dyn[0]);
+  int32_t n32 = static_cast<int32_t>(n);
+  float eps = static_cast<float>(a.scalars[0]);
+  void* args[] = {&x, &w, &y, &m, &n32, &eps};
+  const LaunchDims dims = {{static_cast<uint32_t>(m), 1, 1}, {128, 1, 1}, 0};
+  const uint32_t cluster[3] = {1, 1, 1};
+  return l.launch(0, dims, args, kLaunchPdl, cluster);
+}
+
+int launch_rms_any(Launcher& l, const CallArgs& a) { return launch_rms(l, a, a.dyn[1]); }
+int launch_rms_n4096(Launcher& l, const CallArgs& a) { return launch_rms(l, a, 4096); }
+
+// gemm: a[M,K] b[N,K] c[M,N]; no scalars; K % 64 == 0; dyn = {M, N, K}.
+const int32_t kGemmNdims[] = {2, 2, 2};
+
+bool match_gemm(const int64_t* s, int64_t* dyn) {
+  const int64_t m = s[0], k = s[1], n = s[2];
+  if (s[3] != k || s[4] != m || s[5] != n || k % 64 != 0) return false;
+  dyn[0] = m;
+  dyn[1] = n;
+  dyn[2] = k;
+  return true;
+}
+
+int launch_gemm(Launcher& l, const CallArgs& a) {
+  TensorMap a_desc;
+  const uint64_t dims[2] = {static_cast<uint64_t>(a.dyn[2]), static_cast<uint64_t>(a.dyn[0])};
+  const uint64_t strides[1] = {static_cast<uint64_t>(a.dyn[2]) * 2};
+  const uint32_t box[2] = {64, 128};
+  const uint32_t elem_strides[2] = {1, 1};
+  if (int rc =
+          l.encode_tiled(&a_desc, 9, 2, a.ptrs[0], dims, strides, box, elem_strides, 0, 3, 2, 0)) {
+    return rc;
+  }
+  void* b = a.ptrs[1];
+  void* c = a.ptrs[2];
+  void* args[] = {&a_desc, &b, &c};
+  const LaunchDims dims_main = {{8, 8, 1}, {384, 1, 1}, 196608};
+  const uint32_t cluster[3] = {2, 1, 1};
+  if (int rc = l.launch(0, dims_main, args, kLaunchPdl | kLaunchCooperative, cluster)) return rc;
+  const LaunchDims dims_tail = {{1, 1, 1}, {32, 1, 1}, 0};
+  return l.launch(1, dims_tail, args, 0, nullptr);
+}
+
+const char* const kRmsAnyKernels[] = {"rms_norm_bf16_any_kernel"};
+const char* const kRmsN4096Kernels[] = {"rms_norm_bf16_n4096_kernel"};
+const char* const kRmsFp16Kernels[] = {"rms_norm_fp16_any_kernel"};
+const char* const kRmsFp16N4096Kernels[] = {"rms_norm_fp16_n4096_kernel"};
+const char* const kGemmKernels[] = {"gemm_bf16_any_kernel", "gemm_bf16_any_tail_kernel"};
+
+const char kBlob0[] = "sm_90a: gemm_bf16_any_kernel gemm_bf16_any_tail_kernel";
+const char kBlob1[] = "sm_90: gemm_bf16_any_kernel gemm_bf16_any_tail_kernel";
+const char kBlob2[] = "sm_90a: rms_norm_bf16_n4096_kernel rms_norm_bf16_any_kernel";
+const char kBlob3[] = "sm_80: rms_norm_bf16_n4096_kernel rms_norm_bf16_any_kernel";
+const char kBlob4[] = "sm_80: rms_norm_fp16_any_kernel";
+const char kBlob5[] = "sm_86: rms_norm_fp16_n4096_kernel";
+
+constexpr const char* kRmsAnySig = "x[M,N] weight[N] y[M,N]; eps | N%8";
+constexpr const char* kRmsN4096Sig = "x[M,4096] weight[4096] y[M,4096]; eps";
+constexpr const char* kGemmSig = "a[M,K] b[N,K] c[M,N] | K%64";
+
+}  // namespace
+
+// Sorted by (op, key, specialised-before-generic, arch descending), as emit_cpp.py sorts.
+const Variant kVariants[] = {
+    {"gemm_bf16_any", "gemm", "bf16", "any", "sm_100a", 10, 0, true, 0, 3, kGemmNdims, 0, 3,
+     kGemmSig, match_gemm, 2, kGemmKernels, launch_gemm},
+    {"gemm_bf16_any", "gemm", "bf16", "any", "sm_90a", 9, 0, true, 0, 3, kGemmNdims, 0, 3, kGemmSig,
+     match_gemm, 2, kGemmKernels, launch_gemm},
+    {"gemm_bf16_any", "gemm", "bf16", "any", "sm_90", 9, 0, false, 1, 3, kGemmNdims, 0, 3, kGemmSig,
+     match_gemm, 2, kGemmKernels, launch_gemm},
+    {"rms_norm_bf16_n4096", "rms_norm", "bf16", "n4096", "sm_90a", 9, 0, true, 2, 3, kRmsNdims, 1,
+     1, kRmsN4096Sig, match_rms_n4096, 1, kRmsN4096Kernels, launch_rms_n4096},
+    {"rms_norm_bf16_n4096", "rms_norm", "bf16", "n4096", "sm_80", 8, 0, false, 3, 3, kRmsNdims, 1,
+     1, kRmsN4096Sig, match_rms_n4096, 1, kRmsN4096Kernels, launch_rms_n4096},
+    {"rms_norm_bf16_any", "rms_norm", "bf16", "any", "sm_90a", 9, 0, true, 2, 3, kRmsNdims, 1, 2,
+     kRmsAnySig, match_rms_any, 1, kRmsAnyKernels, launch_rms_any},
+    {"rms_norm_bf16_any", "rms_norm", "bf16", "any", "sm_80", 8, 0, false, 3, 3, kRmsNdims, 1, 2,
+     kRmsAnySig, match_rms_any, 1, kRmsAnyKernels, launch_rms_any},
+    // fp16: a specialised row only for sm_86, so an 8.9 device falls back to sm_80 for N != 4096.
+    {"rms_norm_fp16_n4096", "rms_norm", "fp16", "n4096", "sm_86", 8, 6, false, 5, 3, kRmsNdims, 1,
+     1, kRmsN4096Sig, match_rms_n4096, 1, kRmsFp16N4096Kernels, launch_rms_n4096},
+    {"rms_norm_fp16_any", "rms_norm", "fp16", "any", "sm_80", 8, 0, false, 4, 3, kRmsNdims, 1, 2,
+     kRmsAnySig, match_rms_any, 1, kRmsFp16Kernels, launch_rms_any},
+};
+const int32_t kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+
+const Blob kBlobs[] = {
+    {reinterpret_cast<const unsigned char*>(kBlob0), sizeof(kBlob0), "sm_90a"},
+    {reinterpret_cast<const unsigned char*>(kBlob1), sizeof(kBlob1), "sm_90"},
+    {reinterpret_cast<const unsigned char*>(kBlob2), sizeof(kBlob2), "sm_90a"},
+    {reinterpret_cast<const unsigned char*>(kBlob3), sizeof(kBlob3), "sm_80"},
+    {reinterpret_cast<const unsigned char*>(kBlob4), sizeof(kBlob4), "sm_80"},
+    {reinterpret_cast<const unsigned char*>(kBlob5), sizeof(kBlob5), "sm_86"},
+};
+const int32_t kNumBlobs = sizeof(kBlobs) / sizeof(kBlobs[0]);
+
+const char* const kBuildArchs = "sm_80,sm_86,sm_90,sm_90a,sm_100a";
+const char* const kBuildOps = "*";
+
+}  // namespace tileaot::detail

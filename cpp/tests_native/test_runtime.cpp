@@ -1,0 +1,329 @@
+// Native tests of the runtime against registry_fake.cpp. One process per driver situation,
+// since driver loading happens once per process:
+//   test_runtime nodriver        no libcuda.so.1 on the library path
+//   test_runtime fake            LD_LIBRARY_PATH has the fake libcuda.so.1,
+//   FAKE_CUDA_SM=8.9,9.0,9.0 test_runtime fake-init-fail  same, with FAKE_CUDA_INIT_FAIL=1
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fake_cuda.h"
+#include "select.h"
+#include "tileaot/tileaot.h"
+
+namespace {
+
+int g_failures = 0;
+
+void expect(bool ok, const char* what, int line, const std::string& detail = "") {
+  if (ok) return;
+  ++g_failures;
+  std::printf("FAIL line %d: %s\n%s\n", line, what, detail.c_str());
+}
+#define EXPECT(cond) expect((cond), #cond, __LINE__, tileaot_last_error())
+
+bool contains(const std::string& haystack, const char* needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+#define EXPECT_ERROR_HAS(text) EXPECT(contains(tileaot_last_error(), text))
+
+using tileaot::detail::select_for_arch;
+
+int32_t rms = -1, rms16 = -1, gemm = -1;
+void* const kPtrs[3] = {reinterpret_cast<void*>(0x1000), reinterpret_cast<void*>(0x2000),
+                        reinterpret_cast<void*>(0x3000)};
+const double kEps[1] = {1e-6};
+
+// Shapes of rms_norm (x[M,N] w[N] y[M,N]) and gemm (a[M,K] b[N,K] c[M,N]).
+std::vector<int64_t> rms_shapes(int64_t m, int64_t n) { return {m, n, n, m, n}; }
+std::vector<int64_t> gemm_shapes(int64_t m, int64_t n, int64_t k) { return {m, k, n, k, m, n}; }
+
+// Name of the row select_for_arch picks, or "MISS"/"INVALID".
+std::string pick(int32_t handle, int major, int minor, const std::vector<int64_t>& shapes) {
+  int64_t dyn[tileaot::detail::kMaxDyn];
+  int32_t row = -1;
+  std::string error;
+  int rc = select_for_arch(handle, major, minor, shapes.data(), static_cast<int32_t>(shapes.size()),
+                           dyn, &row, &error);
+  if (rc == TILEAOT_ERROR_MISS) return "MISS: " + error;
+  if (rc != TILEAOT_OK) return "INVALID: " + error;
+  return std::string(tileaot_variant_field(row, "name")) + "@" + tileaot_variant_field(row, "arch");
+}
+
+int launch_rms(int32_t handle, int device, int64_t m, int64_t n, void* stream = nullptr) {
+  std::vector<int64_t> s = rms_shapes(m, n);
+  return tileaot_launch(handle, device, stream, kPtrs, 3, s.data(), 5, kEps, 1);
+}
+
+void test_lookup() {
+  gemm = tileaot_lookup("gemm", "bf16");
+  rms = tileaot_lookup("rms_norm", "bf16");
+  rms16 = tileaot_lookup("rms_norm", "fp16");
+  EXPECT(gemm == 0 && rms == 3 && rms16 == 7);
+  EXPECT(tileaot_lookup("rms_norm", "fp32") == -1);
+  EXPECT_ERROR_HAS("rms_norm has no variants for key 'fp32'");
+  EXPECT_ERROR_HAS("keys built: bf16, fp16");
+  EXPECT_ERROR_HAS("KernelSpec.keys");
+  std::printf("lookup key miss:\n  %s\n", tileaot_last_error());
+  EXPECT(tileaot_lookup("softmax", "bf16") == -1);
+  EXPECT_ERROR_HAS("op 'softmax' is not in this build; ops built: gemm, rms_norm");
+  EXPECT_ERROR_HAS("kernels_py/<family>/softmax.py");
+  std::printf("lookup op miss:\n  %s\n", tileaot_last_error());
+  EXPECT(tileaot_lookup(nullptr, "bf16") == -1);
+}
+
+void test_select() {
+  EXPECT(pick(rms, 9, 0, rms_shapes(3, 4096)) == "rms_norm_bf16_n4096@sm_90a");
+  EXPECT(pick(rms, 9, 0, rms_shapes(3, 1024)) == "rms_norm_bf16_any@sm_90a");
+  EXPECT(pick(rms, 8, 9, rms_shapes(3, 4096)) == "rms_norm_bf16_n4096@sm_80");
+  EXPECT(pick(rms, 8, 6, rms_shapes(3, 1024)) == "rms_norm_bf16_any@sm_80");
+  EXPECT(pick(rms, 8, 0, rms_shapes(1, 8)) == "rms_norm_bf16_any@sm_80");
+  // Best arch first, then fall back to a lower compatible arch when nothing there matches.
+  EXPECT(pick(rms16, 8, 9, rms_shapes(3, 4096)) == "rms_norm_fp16_n4096@sm_86");
+  EXPECT(pick(rms16, 8, 9, rms_shapes(3, 1024)) == "rms_norm_fp16_any@sm_80");
+  EXPECT(pick(rms16, 8, 0, rms_shapes(3, 4096)) == "rms_norm_fp16_any@sm_80");
+  // "a" before plain at the same major.minor; plain sm_90 alone on a 9.x that is not 9.0.
+  EXPECT(pick(gemm, 9, 0, gemm_shapes(128, 128, 256)) == "gemm_bf16_any@sm_90a");
+  EXPECT(pick(gemm, 9, 1, gemm_shapes(128, 128, 256)) == "gemm_bf16_any@sm_90");
+  EXPECT(pick(gemm, 10, 0, gemm_shapes(128, 128, 256)) == "gemm_bf16_any@sm_100a");
+
+  std::string miss = pick(rms, 9, 0, rms_shapes(3, 1001));
+  EXPECT(contains(miss,
+                  "MISS: tileaot: no rms_norm[bf16] variant for shapes (3, 1001), (1001,), "
+                  "(3, 1001) on sm_90a"));
+  EXPECT(contains(miss, "constraint"));
+  EXPECT(contains(miss, "rms_norm_bf16_any (sm_90a, sm_80): x[M,N] weight[N] y[M,N]; eps | N%8"));
+  std::printf("select shape miss:\n  %s\n", miss.c_str());
+  miss = pick(rms, 7, 5, rms_shapes(3, 1024));
+  EXPECT(contains(miss, "-Ccmake.define.TILEAOT_ARCHS=\"80,86,90,90a,100a,75\""));
+  std::printf("select arch miss:\n  %s\n", miss.c_str());
+  miss = pick(rms, 10, 0, rms_shapes(3, 1024));
+  EXPECT(contains(miss, "KernelSpec.supports"));
+  std::printf("select arch miss (supports):\n  %s\n", miss.c_str());
+  miss = pick(gemm, 10, 3, gemm_shapes(128, 128, 256));
+  EXPECT(contains(miss, "on sm_103") && contains(miss, ",103\""));
+  miss = pick(gemm, 9, 0, gemm_shapes(128, 128, 100));
+  EXPECT(contains(miss, "(sm_90a, sm_90)") &&
+         contains(miss, "gemm_bf16_any (sm_100a, sm_90a, sm_90)"));
+
+  EXPECT(pick(rms, 9, 0, {3, 4096, 4096}).rfind("INVALID", 0) == 0);
+  EXPECT(pick(rms + 1, 9, 0, rms_shapes(3, 4096)).rfind("INVALID", 0) == 0);
+  EXPECT(pick(-1, 9, 0, rms_shapes(3, 4096)).rfind("INVALID", 0) == 0);
+  EXPECT(pick(99, 9, 0, rms_shapes(3, 4096)).rfind("INVALID", 0) == 0);
+}
+
+void test_arch_names() {
+  using tileaot::detail::arch_name;
+  EXPECT(arch_name(9, 0) == "sm_90a" && arch_name(10, 0) == "sm_100a");
+  EXPECT(arch_name(8, 9) == "sm_89" && arch_name(10, 3) == "sm_103" &&
+         arch_name(12, 0) == "sm_120");
+}
+
+void test_introspection() {
+  EXPECT(tileaot_num_variants() == 9);
+  EXPECT(std::strcmp(tileaot_variant_field(0, "name"), "gemm_bf16_any") == 0);
+  EXPECT(std::strcmp(tileaot_variant_field(2, "arch"), "sm_90") == 0);
+  EXPECT(std::strcmp(tileaot_variant_field(2, "blob_arch"), "sm_90") == 0);
+  EXPECT(std::strcmp(tileaot_variant_field(3, "spec"), "n4096") == 0);
+  EXPECT(std::strcmp(tileaot_variant_field(3, "signature"),
+                     "x[M,4096] weight[4096] y[M,4096]; eps") == 0);
+  EXPECT(tileaot_variant_field(3, "nope") == nullptr);
+  EXPECT(tileaot_variant_field(9, "name") == nullptr);
+  EXPECT(tileaot_variant_field(-1, "name") == nullptr);
+  EXPECT(std::strcmp(tileaot_build_archs(), "sm_80,sm_86,sm_90,sm_90a,sm_100a") == 0);
+  EXPECT(std::strcmp(tileaot_build_ops(), "*") == 0);
+}
+
+// Count and pointer checks come before any driver use, so they hold with or without one.
+void test_invalid_args() {
+  std::vector<int64_t> s = rms_shapes(3, 4096);
+  void* const with_null[3] = {kPtrs[0], nullptr, kPtrs[2]};
+  EXPECT(tileaot_launch(rms, 0, nullptr, kPtrs, 2, s.data(), 5, kEps, 1) == TILEAOT_ERROR_INVALID);
+  EXPECT_ERROR_HAS("rms_norm[bf16] takes 3 tensors");
+  EXPECT(tileaot_launch(rms, 0, nullptr, kPtrs, 3, s.data(), 4, kEps, 1) == TILEAOT_ERROR_INVALID);
+  EXPECT_ERROR_HAS("takes 5 shape values");
+  EXPECT(tileaot_launch(rms, 0, nullptr, kPtrs, 3, s.data(), 5, kEps, 0) == TILEAOT_ERROR_INVALID);
+  EXPECT_ERROR_HAS("takes 1 scalars");
+  EXPECT(tileaot_launch(rms, 0, nullptr, with_null, 3, s.data(), 5, kEps, 1) ==
+         TILEAOT_ERROR_INVALID);
+  EXPECT_ERROR_HAS("tensor 1 has a NULL data pointer");
+  EXPECT(tileaot_launch(rms, 0, nullptr, nullptr, 3, s.data(), 5, kEps, 1) ==
+         TILEAOT_ERROR_INVALID);
+  EXPECT(tileaot_launch(rms, 0, nullptr, kPtrs, 3, nullptr, 5, kEps, 1) != TILEAOT_OK);
+  EXPECT(tileaot_launch(4, 0, nullptr, kPtrs, 3, s.data(), 5, kEps, 1) == TILEAOT_ERROR_INVALID);
+  EXPECT_ERROR_HAS("invalid handle 4");
+}
+
+void test_no_driver() {
+  const char* kClear =
+      "CUDA driver (libcuda.so.1) not found: tileaot needs an NVIDIA driver to launch kernels; "
+      "import and introspection work without one";
+  EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_ERROR_DRIVER);
+  EXPECT_ERROR_HAS(kClear);
+  std::printf("launch without driver:\n  %s\n", tileaot_last_error());
+  std::vector<int64_t> s = rms_shapes(3, 4096);
+  EXPECT(tileaot_select(rms, 0, s.data(), 5) == nullptr);
+  EXPECT_ERROR_HAS(kClear);
+  EXPECT(tileaot_device_arch(0) == nullptr);
+  EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_ERROR_DRIVER);  // the failure is kept
+}
+
+// The fake driver's hooks, found in the copy the runtime loaded (the test does not link it).
+void* fake_symbol(const char* name) {
+  return dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), name);
+}
+
+FakeCudaState* fake() {
+  return reinterpret_cast<FakeCudaState* (*)()>(fake_symbol("fake_cuda_state"))();
+}
+
+void* fake_primary_ctx(int device) {
+  return reinterpret_cast<void* (*)(int)>(fake_symbol("fake_cuda_primary_ctx"))(device);
+}
+
+void test_fake_basics(FakeCudaState* st) {
+  EXPECT(std::string(tileaot_device_arch(0)) == "sm_89");
+  EXPECT(std::string(tileaot_device_arch(1)) == "sm_90a");
+  EXPECT(std::string(tileaot_device_arch(2)) == "sm_90a");
+  EXPECT(tileaot_device_arch(3) == nullptr);
+  EXPECT_ERROR_HAS("no CUDA device 3 (3 visible");
+  std::vector<int64_t> s = rms_shapes(3, 4096);
+  EXPECT(std::string(tileaot_select(rms, 0, s.data(), 5)) == "rms_norm_bf16_n4096");
+  EXPECT(std::string(tileaot_select(rms, 1, s.data(), 5)) == "rms_norm_bf16_n4096");
+  EXPECT(st->init_calls == 1 && st->retains == 0);  // selecting needs no context
+
+  void* stream = reinterpret_cast<void*>(0x5150);
+  EXPECT(launch_rms(rms, 0, 3, 4096, stream) == TILEAOT_OK);
+  EXPECT(st->n_launches == 1 && st->module_loads == 1 && st->get_functions == 1);
+  const FakeLaunch& l = st->launches[0];
+  EXPECT(l.grid[0] == 3 && l.block[0] == 128 && l.smem == 0 && l.stream == stream);
+  EXPECT(l.n_attrs == 1 && l.attr_ids[0] == 6 && l.pdl == 1);
+  EXPECT(st->pushes == 1 && st->pops == 1 && st->retains == 1);
+  EXPECT(launch_rms(rms, 0, 5, 4096) == TILEAOT_OK);  // cached: no new load or lookup
+  EXPECT(st->module_loads == 1 && st->get_functions == 1 && st->retains == 1);
+  EXPECT(launch_rms(rms, 0, 5, 1024) == TILEAOT_OK);  // other kernel, same blob
+  EXPECT(st->module_loads == 1 && st->get_functions == 2);
+  EXPECT(launch_rms(rms, 1, 5, 1024) == TILEAOT_OK);  // other device: its own context + module
+  EXPECT(st->module_loads == 2 && st->retains == 2);
+  EXPECT(st->launches[3].ctx == fake_primary_ctx(1));
+}
+
+void test_fake_context_already_current(FakeCudaState* st) {
+  auto push = reinterpret_cast<int (*)(void*)>(fake_symbol("cuCtxPushCurrent_v2"));
+  auto pop = reinterpret_cast<int (*)(void**)>(fake_symbol("cuCtxPopCurrent_v2"));
+  push(fake_primary_ctx(0));
+  const int pushes = st->pushes;
+  EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_OK);
+  EXPECT(st->pushes == pushes);  // already current: no push
+  EXPECT(launch_rms(rms, 1, 3, 4096) == TILEAOT_OK);
+  EXPECT(st->pushes == pushes + 1 && st->launches[st->n_launches - 1].ctx == fake_primary_ctx(1));
+  void* ctx = nullptr;
+  pop(&ctx);
+  EXPECT(ctx == fake_primary_ctx(0));  // the caller's context is back on top
+}
+
+void test_fake_gemm(FakeCudaState* st) {
+  std::vector<int64_t> s = gemm_shapes(256, 256, 512);
+  void* const ptrs[3] = {kPtrs[0], kPtrs[1], kPtrs[2]};
+  const int before = st->n_launches;
+  EXPECT(tileaot_launch(gemm, 1, nullptr, ptrs, 3, s.data(), 6, nullptr, 0) == TILEAOT_OK);
+  EXPECT(st->n_launches == before + 2 && st->encodes == 1 && st->last_encode_rank == 2);
+  EXPECT(st->set_attrs == 1 && st->last_set_attr_value == 196608);
+  const FakeLaunch& main = st->launches[before];
+  EXPECT(main.smem == 196608 && main.n_attrs == 3 && main.pdl == 1 && main.cooperative == 1);
+  EXPECT(main.cluster[0] == 2 && main.cluster[1] == 1 && main.cluster[2] == 1);
+  EXPECT(st->launches[before + 1].n_attrs == 0);
+  EXPECT(tileaot_launch(gemm, 1, nullptr, ptrs, 3, s.data(), 6, nullptr, 0) == TILEAOT_OK);
+  EXPECT(st->set_attrs == 1);  // the shared-memory opt-in happens once
+  EXPECT(tileaot_launch(gemm, 0, nullptr, ptrs, 3, s.data(), 6, nullptr, 0) == TILEAOT_ERROR_MISS);
+  EXPECT_ERROR_HAS("on device 0 (sm_89)");
+  std::printf("gemm on sm_89:\n  %s\n", tileaot_last_error());
+}
+
+void test_fake_launch_failure(FakeCudaState* st) {
+  st->fail_launch = 701;
+  const int pops = st->pops;
+  EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_ERROR_DRIVER);
+  EXPECT(std::string(tileaot_last_error()) ==
+         "tileaot: rms_norm variant rms_norm_bf16_n4096 (sm_80) on device 0 (sm_89): "
+         "cuLaunchKernelEx failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: too many resources "
+         "requested for launch (kernel rms_norm_bf16_n4096_kernel, grid (3, 1, 1), "
+         "block (128, 1, 1), smem 0)");
+  EXPECT(st->pops == pops + 1);  // context popped on the error path too
+  std::printf("launch failure:\n  %s\n", tileaot_last_error());
+  st->fail_launch = 0;
+}
+
+// Many threads racing on rows nobody has used: each blob loads exactly once.
+void test_fake_threads(FakeCudaState* st) {
+  const int loads = st->module_loads;
+  std::vector<std::thread> threads;
+  std::vector<int> results(16, -1);
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([t, &results] {
+      int rc = 0;
+      for (int i = 0; i < 200 && rc == 0; ++i) rc = launch_rms(rms16, 0, 1 + i, t % 2 ? 4096 : 64);
+      results[t] = rc;
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int rc : results) EXPECT(rc == TILEAOT_OK);
+  EXPECT(st->module_loads == loads + 2);  // sm_86 (n4096) and sm_80 (any) blobs
+  EXPECT(st->pushes == st->pops);
+}
+
+// A failed module load is reported with the blob's arch and not cached: the next call retries.
+void test_fake_module_failure(FakeCudaState* st) {
+  st->fail_module_load = 209;
+  EXPECT(launch_rms(rms, 2, 3, 4096) == TILEAOT_ERROR_DRIVER);
+  EXPECT(std::string(tileaot_last_error()) ==
+         "tileaot: rms_norm variant rms_norm_bf16_n4096 (sm_90a) on device 2 (sm_90a): "
+         "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU: no kernel image is available "
+         "for execution on the device (cubin compiled for sm_90a)");
+  std::printf("module load failure:\n  %s\n", tileaot_last_error());
+  st->fail_module_load = 0;
+  EXPECT(launch_rms(rms, 2, 3, 4096) == TILEAOT_OK);
+}
+
+// Host cost of one launch through the C ABI (selection, cache lookups, fake driver call).
+void report_launch_cost() {
+  const int n = 1000000;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) launch_rms(rms, 0, 3, 4096);
+  const std::chrono::duration<double, std::micro> dt = std::chrono::steady_clock::now() - t0;
+  std::printf("C ABI launch via fake driver: %.3f us/call\n", dt.count() / n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "nodriver";
+  test_lookup();
+  test_arch_names();
+  test_select();
+  test_introspection();
+  test_invalid_args();
+  if (mode == "nodriver") {
+    test_no_driver();
+  } else if (mode == "fake") {
+    FakeCudaState* st = fake();
+    test_fake_basics(st);
+    test_fake_context_already_current(st);
+    test_fake_gemm(st);
+    test_fake_launch_failure(st);
+    test_fake_threads(st);
+    test_fake_module_failure(st);
+    report_launch_cost();
+  } else if (mode == "fake-init-fail") {
+    EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_ERROR_DRIVER);
+    EXPECT_ERROR_HAS("tileaot: cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device");
+    std::printf("cuInit failure:\n  %s\n", tileaot_last_error());
+  }
+  std::printf("%s: %s (%d failures)\n", mode.c_str(), g_failures ? "FAILED" : "ok", g_failures);
+  return g_failures ? 1 : 0;
+}
