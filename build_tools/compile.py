@@ -100,7 +100,8 @@ def kernel_include_dirs(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
         raise CompileError(
             "TileLang headers (tl_templates/cuda/*.h) not found: install tilelang==0.1.15, or "
             "pass --include-dir DIR (repeatable) / set TILEAOT_INCLUDE_DIRS to tilelang's `src` "
-            "and `3rdparty/cutlass/include` directories")
+            "and `3rdparty/cutlass/include` directories"
+        )
     return dirs
 
 
@@ -132,8 +133,12 @@ def _pypi_cuda_include_dirs() -> list[str]:
     """cuda_runtime.h etc. (nvidia-cuda-runtime-cu12) and cuda/std (nvidia-cuda-cccl-cu12)."""
     dirs = []
     for root in _package_dirs("nvidia"):
-        for sub in ("cuda_runtime/include", "cuda_cccl/include", "cu13/include",
-                    "cu13/include/cccl"):
+        for sub in (
+            "cuda_runtime/include",
+            "cuda_cccl/include",
+            "cu13/include",
+            "cu13/include/cccl",
+        ):
             if (root / sub).is_dir():
                 dirs.append(str(root / sub))
     return dirs
@@ -144,8 +149,12 @@ def _legacy_cuda_std_dirs(cuda_dirs: list[str], major: int) -> list[str]:
     # adds it to the search path; CUDA 13 moved it under cccl/, already reachable.
     if major >= 13:
         return []
-    return [str(Path(d) / "cuda" / "std") for d in cuda_dirs
-            if not d.endswith(os.path.join("include", "cccl")) and (Path(d) / "cuda" / "std").is_dir()]
+    cccl = os.path.join("include", "cccl")
+    return [
+        str(Path(d) / "cuda" / "std")
+        for d in cuda_dirs
+        if not d.endswith(cccl) and (Path(d) / "cuda" / "std").is_dir()
+    ]
 
 
 @dataclass(frozen=True)
@@ -165,19 +174,26 @@ def _nvrtc_candidates() -> list[tuple[str, list[str]]]:
     if os.environ.get("TILEAOT_NVRTC"):
         lib = Path(os.environ["TILEAOT_NVRTC"])
         home = _cuda_home()
-        cuda = _pypi_cuda_include_dirs() if "site-packages" in str(lib) else (
-            _toolkit_include_dirs(home) if home else [])
+        cuda = (
+            _pypi_cuda_include_dirs()
+            if "site-packages" in str(lib)
+            else (_toolkit_include_dirs(home) if home else [])
+        )
         out.append((str(lib), cuda))
     for root in _package_dirs("nvidia"):
         for pattern in ("cuda_nvrtc/lib/libnvrtc.so.*", "cu13/lib/libnvrtc.so.*"):
-            libs = sorted(p for p in glob.glob(str(root / pattern))
-                          if re.search(r"libnvrtc\.so\.\d+$", p))
+            libs = sorted(
+                p for p in glob.glob(str(root / pattern)) if re.search(r"libnvrtc\.so\.\d+$", p)
+            )
             out += [(p, _pypi_cuda_include_dirs()) for p in libs]
     home = _cuda_home()
     if home:
         for libdir in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
-            libs = sorted(p for p in glob.glob(str(home / libdir / "libnvrtc.so*"))
-                          if re.search(r"libnvrtc\.so(\.\d+)?$", p))
+            libs = sorted(
+                p
+                for p in glob.glob(str(home / libdir / "libnvrtc.so*"))
+                if re.search(r"libnvrtc\.so(\.\d+)?$", p)
+            )
             out += [(p, _toolkit_include_dirs(home)) for p in libs[-1:]]
     return out
 
@@ -188,8 +204,14 @@ def _load_nvrtc(path: str) -> ctypes.CDLL:
     lib.nvrtcGetErrorString.restype = ctypes.c_char_p
     lib.nvrtcGetErrorString.argtypes = [ctypes.c_int]
     vp = ctypes.c_void_p
-    lib.nvrtcCreateProgram.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p, ctypes.c_char_p,
-                                       ctypes.c_int, vp, vp]
+    lib.nvrtcCreateProgram.argtypes = [
+        ctypes.POINTER(vp),
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        vp,
+        vp,
+    ]
     lib.nvrtcCompileProgram.argtypes = [vp, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     lib.nvrtcGetProgramLogSize.argtypes = [vp, ctypes.POINTER(ctypes.c_size_t)]
     lib.nvrtcGetProgramLog.argtypes = [vp, ctypes.c_char_p]
@@ -219,7 +241,8 @@ def find_nvrtc() -> Toolchain:
     raise CompileError(
         "NVRTC not found: `pip install nvidia-cuda-nvrtc-cu12==12.9.* nvidia-cuda-runtime-cu12"
         "==12.9.* nvidia-cuda-cccl-cu12==12.9.*`, or set TILEAOT_NVRTC / CUDA_HOME"
-        + "".join(f"\n  tried {t}" for t in tried))
+        + "".join(f"\n  tried {t}" for t in tried)
+    )
 
 
 @functools.cache
@@ -272,25 +295,38 @@ def nvrtc_options(tc: Toolchain, arch: str, include_dirs: list[str]) -> list[str
     ]
 
 
-def nvcc_command(tc: Toolchain, src: str, arch: str, out: str, include_dirs: list[str]) -> list[str]:
+def nvcc_command(
+    tc: Toolchain, src: str, arch: str, out: str, include_dirs: list[str]
+) -> list[str]:
     num = arch[3:]
     return [
-        tc.path, "--cubin", "-O3", "-std=c++17",
+        tc.path,
+        "--cubin",
+        "-O3",
+        "-std=c++17",
         # explicit gencode: `-arch=sm_90a` alone may route through compute_90 (libgen.py note)
         f"-gencode=arch=compute_{num},code={arch}",
-        "-w", "-Xcudafe", "--diag_suppress=177",
+        "-w",
+        "-Xcudafe",
+        "--diag_suppress=177",
         *_include_options(tc, include_dirs),
-        "-o", out, src,
+        "-o",
+        out,
+        src,
     ]
 
 
-def prepare_source(code: str, kind: str = "nvrtc") -> str:
-    """NVRTC sees no implicit headers: add the ones TileLang's NVRTC path adds (nvcc needs none)."""
+def prepare_source(code: str, kind: str = "nvrtc", name: str = "") -> str:
+    """NVRTC sees no implicit headers: add the ones TileLang's NVRTC path adds (nvcc needs none).
+    `#line` keeps diagnostics on the source's own lines (the basename keeps cubins independent
+    of where the build folder is)."""
     if kind != "nvrtc":
         return code
+    prelude = NVRTC_PRELUDE
     if PDL_PRELUDE.strip() not in code and any(c in code for c in PDL_CALLS):
-        code = PDL_PRELUDE + code
-    return NVRTC_PRELUDE + code
+        prelude = PDL_PRELUDE + prelude
+    line = f'#line 1 "{name}"\n' if name else ""
+    return prelude + line + code
 
 
 def _nvrtc_compile(tc: Toolchain, code: str, name: str, options: list[str]) -> bytes:
@@ -301,8 +337,10 @@ def _nvrtc_compile(tc: Toolchain, code: str, name: str, options: list[str]) -> b
         if rc != 0:
             raise CompileError(f"{what}: {lib.nvrtcGetErrorString(rc).decode()}")
 
-    check(lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), name.encode(), 0, None, None),
-          "nvrtcCreateProgram")
+    check(
+        lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), name.encode(), 0, None, None),
+        "nvrtcCreateProgram",
+    )
     try:
         opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         rc = lib.nvrtcCompileProgram(prog, len(options), opts)  # ctypes drops the GIL here
@@ -312,7 +350,8 @@ def _nvrtc_compile(tc: Toolchain, code: str, name: str, options: list[str]) -> b
             log = ctypes.create_string_buffer(size.value)
             lib.nvrtcGetProgramLog(prog, log)
             raise CompileError(
-                f"{lib.nvrtcGetErrorString(rc).decode()}\n{log.value.decode(errors='replace')}")
+                f"{lib.nvrtcGetErrorString(rc).decode()}\n{log.value.decode(errors='replace')}"
+            )
         size = ctypes.c_size_t()
         check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
         buf = ctypes.create_string_buffer(size.value)
@@ -348,25 +387,34 @@ def write_if_different(path: Path, data: bytes) -> bool:
     return True
 
 
-def compile_source(src: Path, arch: str, out: Path, compiler: str = "nvrtc",
-                   include_dirs: list[str] | tuple[str, ...] = ()) -> None:
+def compile_source(
+    src: Path,
+    arch: str,
+    out: Path,
+    compiler: str = "nvrtc",
+    include_dirs: list[str] | tuple[str, ...] = (),
+) -> None:
     """Compile device-only source `src` for `arch` into cubin `out` (written if different)."""
     src, out, arch = Path(src), Path(out), normalize_arch(arch)
     tc = find_toolchain(compiler)
     dirs = kernel_include_dirs(include_dirs)
-    code = prepare_source(src.read_text(), tc.kind)
-    # The program name is fixed so the cubin depends only on content, arch and flags.
+    code = prepare_source(src.read_text(), tc.kind, src.name)
+    # Only the basename reaches the compiler: the cubin depends on content, name, arch, flags.
     try:
         if tc.kind == "nvrtc":
-            cubin = _nvrtc_compile(tc, code, "tileaot_kernel.cu", nvrtc_options(tc, arch, dirs))
+            cubin = _nvrtc_compile(tc, code, src.name, nvrtc_options(tc, arch, dirs))
         else:
-            cubin = _nvcc_compile(tc, code, "tileaot_kernel.cu", arch, dirs)
+            cubin = _nvcc_compile(tc, code, src.name, arch, dirs)
     except CompileError as e:
-        raise CompileError(f"compiling {src} for {arch} with {tc.describe()} failed:\n{e}") from None
+        raise CompileError(
+            f"compiling {src} for {arch} with {tc.describe()} failed:\n{e}"
+        ) from None
     got = cubin_arch(cubin)
-    if got != arch:
-        raise CompileError(f"compiling {src} for {arch} with {tc.describe()} produced a cubin "
-                           f"for {got} (ELF e_flags); refusing to ship it")
+    if got != arch.rstrip("f"):  # family ("f") targets are not marked in the ELF
+        raise CompileError(
+            f"compiling {src} for {arch} with {tc.describe()} produced a cubin "
+            f"for {got} (ELF e_flags); refusing to ship it"
+        )
     write_if_different(out, cubin)
 
 
@@ -387,12 +435,19 @@ def read_cubins_cmake(gen: Path) -> list[CubinEntry]:
     """Entries of GEN/cubins.cmake: `set(TILEAOT_CUBINS "src|arch|cubin|symbol" ...)`."""
     text = (Path(gen) / "cubins.cmake").read_text()
     text = re.sub(r"#[^\n]*", "", text)
-    return [CubinEntry(*m.groups())
-            for m in re.finditer(r'"([^"|]+)\|([^"|]+)\|([^"|]+)\|([^"|]+)"', text)]
+    return [
+        CubinEntry(*m.groups())
+        for m in re.finditer(r'"([^"|]+)\|([^"|]+)\|([^"|]+)\|([^"|]+)"', text)
+    ]
 
 
-def compile_all(gen: Path, jobs: int, compiler: str = "nvrtc",
-                include_dirs: list[str] | tuple[str, ...] = (), verbose: bool = True) -> None:
+def compile_all(
+    gen: Path,
+    jobs: int,
+    compiler: str = "nvrtc",
+    include_dirs: list[str] | tuple[str, ...] = (),
+    verbose: bool = True,
+) -> None:
     """Compile every entry of GEN/cubins.cmake (threads: NVRTC releases the GIL)."""
     gen = Path(gen)
     entries = read_cubins_cmake(gen)
@@ -417,8 +472,9 @@ def compile_all(gen: Path, jobs: int, compiler: str = "nvrtc",
                 failures.append(f"{e.src} [{e.arch}]: {exc}")
                 print(f"[{i}/{len(entries)}] FAILED {e.cubin}", file=sys.stderr, flush=True)
     if failures:
-        raise CompileError(f"{len(failures)} of {len(entries)} compiles failed:\n\n"
-                           + "\n\n".join(failures))
+        raise CompileError(
+            f"{len(failures)} of {len(entries)} compiles failed:\n\n" + "\n\n".join(failures)
+        )
     if verbose:
         print(f"compiled {len(entries)} cubins in {time.monotonic() - t0:.1f} s", flush=True)
 
@@ -430,8 +486,14 @@ def compile_all(gen: Path, jobs: int, compiler: str = "nvrtc",
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compiler", choices=COMPILERS, default="nvrtc")
-    p.add_argument("--include-dir", "-I", action="append", default=[], metavar="DIR",
-                   help="extra header dir (tl_templates, cutlass), before tilelang's")
+    p.add_argument(
+        "--include-dir",
+        "-I",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra header dir (tl_templates, cutlass), before tilelang's",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -452,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
             compile_source(args.src, args.arch, args.out, args.compiler, args.include_dir)
         else:
             compile_all(args.gen, args.jobs, args.compiler, args.include_dir)
-    except CompileError as e:
+    except (CompileError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -62,17 +62,19 @@ def cubin_arch(path_or_bytes: str | Path | bytes | bytearray | memoryview) -> st
     return f"sm_{sm}{'a' if arch_specific else ''}"
 
 
-def _sections(data: bytes) -> list[tuple[str, int, bytes]]:
-    """(name, sh_type, contents) of every section."""
+def _sections(data: bytes) -> list[tuple[str, int, bytes, int]]:
+    """(name, sh_type, contents, sh_link) of every section."""
     (e_shoff,) = struct.unpack_from("<Q", data, 40)
     e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 58)
-    raw = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize)
-           for i in range(e_shnum)]
+    raw = [
+        struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)
+    ]
     shstr = raw[e_shstrndx][4]
     out = []
-    for sh_name, sh_type, _, _, off, size, *_ in raw:
-        name = data[shstr + sh_name:data.index(b"\0", shstr + sh_name)].decode()
-        out.append((name, sh_type, data[off:off + size] if sh_type != 8 else b""))  # 8: NOBITS
+    for sh_name, sh_type, _, _, off, size, link, *_ in raw:
+        name = data[shstr + sh_name : data.index(b"\0", shstr + sh_name)].decode()
+        body = data[off : off + size] if sh_type != 8 else b""  # 8: SHT_NOBITS
+        out.append((name, sh_type, body, link))
     return out
 
 
@@ -80,7 +82,7 @@ def _compat_attrs(data: bytes) -> dict[int, int]:
     """Scalar attributes of `.nv.compat`: entries are (format u8, attribute u8, ...) with
     format 1 = no value, 2/3 = u16 value, 4 = u16 size + that many bytes (skipped)."""
     attrs = {}
-    for name, sh_type, body in _sections(data):
+    for name, sh_type, body, _ in _sections(data):
         if sh_type != SHT_CUDA_COMPAT_INFO and name != ".nv.compat":
             continue
         i = 0
@@ -100,26 +102,18 @@ def cubin_kernels(path_or_bytes: str | Path | bytes | bytearray | memoryview) ->
     """Names of the kernels (global STT_FUNC symbols in `.text.<name>` sections), sorted."""
     data = _read(path_or_bytes)
     _header(data)
-    e_shoff, = struct.unpack_from("<Q", data, 40)
-    e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 58)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize)
-                for i in range(e_shnum)]
-
-    def cstr(off: int) -> str:
-        return data[off:data.index(b"\0", off)].decode()
-
-    shstr_off = sections[e_shstrndx][4]
-    names = [cstr(shstr_off + s[0]) for s in sections]
+    sections = _sections(data)
     out = set()
-    for s in sections:
-        if s[1] != 2:  # SHT_SYMTAB
+    for _, sh_type, body, link in sections:
+        if sh_type != 2:  # SHT_SYMTAB
             continue
-        strtab_off = sections[s[6]][4]
-        for off in range(s[4], s[4] + s[5], 24):
-            st_name, st_info, _, st_shndx, _, _ = struct.unpack_from("<IBBHQQ", data, off)
-            if st_info & 0xF == 2 and st_info >> 4 == 1 and 0 < st_shndx < len(names):
-                if names[st_shndx].startswith(".text."):
-                    out.add(cstr(strtab_off + st_name))
+        strtab = sections[link][2]
+        for off in range(0, len(body), 24):
+            st_name, st_info, _, st_shndx, _, _ = struct.unpack_from("<IBBHQQ", body, off)
+            is_global_func = st_info & 0xF == 2 and st_info >> 4 == 1
+            if is_global_func and 0 < st_shndx < len(sections):
+                if sections[st_shndx][0].startswith(".text."):
+                    out.add(strtab[st_name : strtab.index(b"\0", st_name)].decode())
     return sorted(out)
 
 
