@@ -1,0 +1,53 @@
+"""tileaot: TileLang GPU kernels compiled ahead of time and shipped as cubins in this wheel.
+
+Calling an op needs only the NVIDIA driver: no JIT, no nvcc, no tilelang at run time.
+
+    >>> import torch, tileaot
+    >>> x = torch.randn(8, 4096, dtype=torch.bfloat16, device="cuda")
+    >>> y = tileaot.rms_norm(x, torch.ones(4096, dtype=torch.bfloat16, device="cuda"))
+
+Importing tileaot loads neither torch nor the native module `tileaot._C` nor the driver: torch
+is imported by the first op call, `_C` by the first call that needs it (or by accessing
+`VariantMissError` / `DriverError`), so `import tileaot` works on a machine without a GPU and
+in a source checkout. `python -m tileaot info` shows what this build contains.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._info import info
+from .gemm import gemm
+from .per_token_cast_fp8 import per_token_cast_fp8
+from .rms_norm import rms_norm
+
+if TYPE_CHECKING:
+    from ._C import DriverError as DriverError
+    from ._C import VariantMissError as VariantMissError
+
+# The exceptions (and __version__) are left out on purpose: `from tileaot import *` must work
+# without `_C` and stay fast.
+__all__ = [
+    "gemm",
+    "info",
+    "per_token_cast_fp8",
+    "rms_norm",
+]
+
+# Names served by __getattr__: the native module's exceptions, and the version (importlib's
+# metadata reader costs ~18 ms, so it is read on first access, not at import).
+_NATIVE_NAMES = ("VariantMissError", "DriverError")
+
+
+def __getattr__(name: str) -> Any:
+    from . import _lib
+
+    if name in _NATIVE_NAMES:
+        return getattr(_lib.native(), name)  # ImportError, with what to do, if not built
+    if name == "__version__":
+        return _lib.version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

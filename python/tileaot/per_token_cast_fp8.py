@@ -1,0 +1,120 @@
+"""Per-token (or per-128-group) cast to FP8 E4M3 with float32 scales (op "per_token_cast_fp8")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _lib, _validate
+
+if TYPE_CHECKING:
+    import torch
+
+_OP = "per_token_cast_fp8"
+_DTYPES = ("bf16", "fp16", "fp32")
+GROUP = 128  # the one group width built; other widths are per-token only (group_size == N)
+# Dispatch keys by dtype, spelled once here so the call path does no string work.
+_G128 = {d: d + ",g128" for d in _DTYPES}
+_TOKEN = {d: d + ",token" for d in _DTYPES}
+
+
+def per_token_cast_fp8(
+    x: torch.Tensor,
+    group_size: int | None = GROUP,
+    *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise each row of `x` to FP8 E4M3, one float32 scale per group of columns.
+
+    For each row and each group of `group_size` columns, ``scale ≈ amax(|x_group|) / 448``
+    (448 is the E4M3 maximum) and ``q = x_group / scale`` rounded to ``torch.float8_e4m3fn``,
+    so that ``x ≈ q.float() * scale`` broadcast over the group.
+
+    Args:
+        x: CUDA tensor ``[M, N]``, dtype ``torch.bfloat16``, ``torch.float16`` or
+            ``torch.float32``; contiguous, with a 16-byte-aligned data pointer.
+        group_size: ``128`` (the default): one scale per 128 columns, ``N % 128 == 0`` required.
+            ``None`` or ``N``: one scale per row (per token). No other value is built.
+        out: optional ``(q, scale)`` to write into instead of allocating, with exactly the
+            shapes and dtypes below, on the device of `x`, contiguous, aligned, not overlapping
+            `x` or each other.
+
+    Returns:
+        ``(q, scale)``: `q` ``[M, N]`` ``torch.float8_e4m3fn``; `scale` ``[M, N // 128]``
+        (``group_size=128``) or ``[M, 1]`` (per token), ``torch.float32``. If `x` has no
+        elements nothing is launched; with ``N == 0`` a per-token `scale` is filled with zeros.
+
+    Raises:
+        TypeError: `x` or `out` is not a tensor / pair of tensors, or has an unsupported dtype;
+            `group_size` is not an int or None.
+        ValueError: `x` is not 2-D; `group_size` is unsupported, or 128 with ``N % 128 != 0``; a
+            tensor is not on a CUDA device (the same one), not contiguous or not 16-byte
+            aligned; a dimension or element count reaches 2**31; `out` has a wrong shape or
+            overlaps.
+        ImportError: the native module is not built (a source checkout).
+        tileaot.VariantMissError: this wheel has no variant for the dtype, mode, shape or GPU.
+        tileaot.DriverError: the CUDA driver is missing or a driver call failed.
+
+    The kernel is enqueued on torch's current stream of `x`'s device (as torch ops are); the
+    call returns without synchronising.
+
+    Example:
+        >>> import torch, tileaot
+        >>> x = torch.randn(16, 7168, dtype=torch.bfloat16, device="cuda")
+        >>> q, scale = tileaot.per_token_cast_fp8(x)  # scale: [16, 56]
+        >>> x_hat = (q.float().view(16, 56, 128) * scale[:, :, None]).view(16, 7168)
+        >>> q_tok, s_tok = tileaot.per_token_cast_fp8(x, group_size=None)  # s_tok: [16, 1]
+    """
+    import torch
+
+    dtype = _validate.dtype_key("x", x, _DTYPES)
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [M, N]; got shape {tuple(x.shape)}")
+    m, n = x.shape
+    if type(group_size) is not int and group_size is not None:
+        group_size = _validate.optional_int("group_size", group_size)
+    if group_size == GROUP:
+        if n % GROUP:
+            raise ValueError(
+                f"group_size={GROUP} needs N % {GROUP} == 0, but x has N = {n}; pad x or pass "
+                "group_size=None for one scale per token"
+            )
+        key = _G128[dtype]
+        groups = n // GROUP
+    elif group_size is None or group_size == n:
+        key = _TOKEN[dtype]
+        groups = 1
+    else:
+        raise ValueError(
+            f"group_size={group_size} is not supported; supported: {GROUP} (needs N % {GROUP} "
+            f"== 0) or None / N (= {n}, one scale per token)"
+        )
+    device = _validate.check_memory(("x",), (x,))
+    if out is None:
+        q = x.new_empty(m, n, dtype=torch.float8_e4m3fn)  # sizes as varargs: 1 us faster
+        scale = x.new_empty(m, groups, dtype=torch.float32)
+    else:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"out must be a (q, scale) pair of tensors; got {type(out).__name__}")
+        q, scale = out
+        _validate.check_out("out[0] (q)", q, torch.float8_e4m3fn, (m, n), device)
+        _validate.check_out("out[1] (scale)", scale, torch.float32, (m, groups), device)
+        _validate.check_no_overlap(("out[0] (q)", "out[1] (scale)"), (q, scale), ("x",), (x,))
+    if m == 0 or n == 0:
+        if groups and m:  # per-token scales of empty rows: defined, not garbage
+            scale.zero_()
+        return q, scale
+    _lib.native().launch(
+        _lib.handle(_OP, key),
+        device,
+        _lib.current_stream(device),
+        (x.data_ptr(), q.data_ptr(), scale.data_ptr()),
+        (m, n, m, n, m, groups),
+        (),
+    )
+    return q, scale
+
+
+def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
+    """A typical call for `python -m tileaot info`: its description and flat shapes."""
+    groups = 7168 // GROUP if key.endswith(",g128") else 1
+    return "x[4096, 7168]", (4096, 7168, 4096, 7168, 4096, groups)

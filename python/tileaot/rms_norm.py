@@ -1,0 +1,101 @@
+"""RMSNorm over the last dimension (op "rms_norm")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _lib, _validate
+
+if TYPE_CHECKING:
+    import torch
+
+_OP = "rms_norm"
+_DTYPES = ("bf16", "fp16", "fp32")
+_INF = float("inf")
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Root-mean-square normalisation of each row of `x`, scaled by `weight`.
+
+    ``y[i, j] = x[i, j] / sqrt(mean_j(x[i, :]**2) + eps) * weight[j]``, accumulated in float32
+    and written in the dtype of `x`.
+
+    Args:
+        x: CUDA tensor of shape ``(..., N)`` (any number of leading dims, viewed as ``[M, N]``),
+            dtype ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``; contiguous, with a
+            16-byte-aligned data pointer.
+        weight: CUDA tensor of shape ``(N,)``, same dtype and device as `x`, contiguous, aligned.
+        eps: added to the mean square before the square root; a finite float >= 0.
+        out: optional tensor to write into instead of allocating: same shape, dtype and device
+            as `x`, contiguous, aligned, not overlapping `x` or `weight`.
+
+    Returns:
+        `y`, a tensor of the shape and dtype of `x` (`out` itself if given). If `x` has no
+        elements, `y` is returned without launching anything.
+
+    Raises:
+        TypeError: `x`/`weight`/`out` is not a tensor, has an unsupported dtype, or the dtypes
+            differ; `eps` is not a real number.
+        ValueError: `x` is 0-d; `weight` is not ``(N,)``; a tensor is not on a CUDA device, not on
+            the device of `x`, not contiguous or not 16-byte aligned; a dimension or element
+            count reaches 2**31; `out` has the wrong shape or overlaps an input; `eps` < 0.
+        ImportError: the native module is not built (a source checkout).
+        tileaot.VariantMissError: this wheel has no variant for the dtype, shape or GPU.
+        tileaot.DriverError: the CUDA driver is missing or a driver call failed.
+
+    The kernel is enqueued on torch's current stream of `x`'s device (as torch ops are); the
+    call returns without synchronising.
+
+    Example:
+        >>> import torch, tileaot
+        >>> x = torch.randn(8, 4096, dtype=torch.bfloat16, device="cuda")
+        >>> w = torch.ones(4096, dtype=torch.bfloat16, device="cuda")
+        >>> y = tileaot.rms_norm(x, w, eps=1e-6)
+        >>> ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
+        >>> torch.testing.assert_close(y, (ref * w.float()).bfloat16())
+    """
+    import torch
+
+    key = _validate.dtype_key("x", x, _DTYPES)
+    _validate.same_dtype("weight", weight, "x", x)
+    if type(eps) is not float or not 0.0 <= eps < _INF:
+        eps = _validate.nonneg_float("eps", eps)
+    shape = x.shape
+    if not shape:
+        raise ValueError("x must have shape (..., N); got a 0-d tensor")
+    n = shape[-1]
+    if weight.shape != (n,):
+        raise ValueError(
+            f"weight must have shape ({n},) to match x {tuple(shape)}; got {tuple(weight.shape)}"
+        )
+    device = _validate.check_memory(("x", "weight"), (x, weight))
+    if out is None:
+        y = torch.empty_like(x)  # x is contiguous, so y is too
+    else:
+        _validate.check_out("out", out, x.dtype, shape, device)
+        _validate.check_no_overlap(("out",), (out,), ("x", "weight"), (x, weight))
+        y = out
+    numel = x.numel()
+    if numel == 0:
+        return y
+    m = numel // n
+    _lib.native().launch(
+        _lib.handle(_OP, key),
+        device,
+        _lib.current_stream(device),
+        (x.data_ptr(), weight.data_ptr(), y.data_ptr()),
+        (m, n, n, m, n),
+        (eps,),
+    )
+    return y
+
+
+def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
+    """A typical call for `python -m tileaot info`: its description and flat shapes."""
+    return "x[4096, 4096]", (4096, 4096, 4096, 4096, 4096)
