@@ -68,11 +68,12 @@ def _casts(ctype: str, exprs: list[str]) -> str:
 
 def _emit_tma(i: int, desc: dict) -> list[str]:
     r = desc["rank"]
+    strides = _casts("uint64_t", desc["strides"])
     return [
         f"    TensorMap arg{i};",
         "    {",
         f"      const uint64_t dims[{r}] = {{{_casts('uint64_t', desc['dims'])}}};",
-        f"      const uint64_t strides[{max(r - 1, 1)}] = {{{_casts('uint64_t', desc['strides'])}}};",
+        f"      const uint64_t strides[{max(r - 1, 1)}] = {{{strides}}};",
         f"      const uint32_t box[{r}] = {{{_casts('uint32_t', desc['box'])}}};",
         f"      const uint32_t elem[{r}] = {{{_casts('uint32_t', desc['elem_strides'])}}};",
         f"      const int rc = L.encode_tiled(&arg{i}, {desc['dtype']}, {r}, {desc['address']},"
@@ -96,10 +97,17 @@ def _emit_kernel(k: int, kernel: dict) -> list[str]:
     refs = ", ".join(f"&arg{i}" for i in range(len(kernel["args"])))
     grid = ", ".join(f"tl_dim({g})" for g in kernel["grid"])
     block = ", ".join(f"tl_dim({b})" for b in kernel["block"])
-    flags = " | ".join(
-        f for f, on in (("kLaunchPdl", kernel["pdl"]), ("kLaunchCooperative", kernel["cooperative"]))
-        if on
-    ) or "0u"
+    flags = (
+        " | ".join(
+            f
+            for f, on in (
+                ("kLaunchPdl", kernel["pdl"]),
+                ("kLaunchCooperative", kernel["cooperative"]),
+            )
+            if on
+        )
+        or "0u"
+    )
     lines += [
         f"    void* args[] = {{{refs or 'nullptr'}}};",
         f"    const LaunchDims dims = {{{{{grid}}}, {{{block}}}, {kernel['smem']}u}};",
@@ -170,12 +178,24 @@ def emit_registry(rows: list[dict], blobs: list[dict], build_archs: str, build_o
         n_tensors = sum(1 for p in sig["params"] if p["kind"] == "tensor")
         n_scalars = len(sig["params"]) - n_tensors
         fields = [
-            c_string(row["name"]), c_string(row["op"]), c_string(row["key"]),
-            c_string(row["spec"]), c_string(row["arch"]), str(row["major"]), str(row["minor"]),
-            "true" if row["specific"] else "false", str(row["blob"]), str(n_tensors),
-            f"ndims_{name}", str(n_scalars), str(len(sig["dyn"])),
-            c_string(row["signature_text"]), f"match_{name}",
-            str(len(row["kernels"])), f"kernels_{name}", fn,
+            c_string(row["name"]),
+            c_string(row["op"]),
+            c_string(row["key"]),
+            c_string(row["spec"]),
+            c_string(row["arch"]),
+            str(row["major"]),
+            str(row["minor"]),
+            "true" if row["specific"] else "false",
+            str(row["blob"]),
+            str(n_tensors),
+            f"ndims_{name}",
+            str(n_scalars),
+            str(len(sig["dyn"])),
+            c_string(row["signature_text"]),
+            f"match_{name}",
+            str(len(row["kernels"])),
+            f"kernels_{name}",
+            fn,
         ]
         out.append("    {" + ", ".join(fields) + "},")
     out.append("};")

@@ -143,17 +143,26 @@ def _rows(points, traced, arch_unit, blob_index):
         for arch in p.archs:
             sig, lowered = traced[(p.name, arch)]
             major, minor, specific = arch_parts(arch)
-            rows.append({
-                "name": p.name, "op": p.spec.op, "key": p.key_string,
-                "spec": p.name.split("_")[-1] if p.generic else
-                "_".join(f"{k.lower()}{v}" for k, v in p.specialisation.items()),
-                "arch": arch, "major": major, "minor": minor, "specific": specific,
-                "blob": blob_index[arch_unit[(p.name, arch)]],
-                "signature": sig, "signature_text": sig["text"],
-                "constraints": p.spec.constraints(p.key, p.specialisation),
-                "kernels": lowered["kernels"],
-                "generic": p.generic,
-            })
+            rows.append(
+                {
+                    "name": p.name,
+                    "op": p.spec.op,
+                    "key": p.key_string,
+                    "spec": p.name.split("_")[-1]
+                    if p.generic
+                    else "_".join(f"{k.lower()}{v}" for k, v in p.specialisation.items()),
+                    "arch": arch,
+                    "major": major,
+                    "minor": minor,
+                    "specific": specific,
+                    "blob": blob_index[arch_unit[(p.name, arch)]],
+                    "signature": sig,
+                    "signature_text": sig["text"],
+                    "constraints": p.spec.constraints(p.key, p.specialisation),
+                    "kernels": lowered["kernels"],
+                    "generic": p.generic,
+                }
+            )
     # op, key, specialised before generic, then newest arch first: the runtime's search order.
     rows.sort(key=lambda r: (r["op"], r["key"], r["generic"], r["name"], -ARCH_ORDER[r["arch"]]))
     return rows
@@ -198,13 +207,20 @@ def _manifest(rows, blobs, units, ordered, archs, ops) -> dict:
 
     variants = [
         {k: r[k] for k in ("name", "op", "key", "spec", "arch", "blob", "constraints", "kernels")}
-        | {"signature": r["signature_text"], "params": r["signature"]["params"],
-           "blob_arch": blobs[r["blob"]]["arch"]}
+        | {
+            "signature": r["signature_text"],
+            "params": r["signature"]["params"],
+            "blob_arch": blobs[r["blob"]]["arch"],
+        }
         for r in rows
     ]
     cubins = [
-        {"symbol": b["symbol"], "source": units[u]["source"], "arch": b["arch"],
-         "cubin": b["cubin"]}
+        {
+            "symbol": b["symbol"],
+            "source": units[u]["source"],
+            "arch": b["arch"],
+            "cubin": b["cubin"],
+        }
         for b, u in zip(blobs, ordered, strict=True)
     ]
     return {

@@ -85,7 +85,9 @@ def signature_of(func) -> Signature:
                 pending.append((flat, text, dim))
             flat += 1
         text = [pystr(d) for d in buf.shape]
-        params.append(Param(pystr(buf.name), "tensor", pystr(buf.dtype), shape, pystr(buf.data.name), text))
+        params.append(
+            Param(pystr(buf.name), "tensor", pystr(buf.dtype), shape, pystr(buf.data.name), text)
+        )
     for index, text, dim in pending:
         unbound = free_vars(dim) - set(dyn)
         if unbound:
@@ -147,7 +149,9 @@ def _kernel_facts(kname, kfunc, call_args, host_attrs, sig: Signature) -> dict:
     tensors = [p for p in sig.params if p.kind == "tensor"]
     tensor_index = {p.data: i for i, p in enumerate(tensors)}
     scalars = [p.name for p in sig.params if p.kind == "scalar"]
-    tma_args = {pystr(var.name): list(a) for var, a in host_attrs.get("tma_descriptor_args", {}).items()}
+    tma_args = {
+        pystr(var.name): list(a) for var, a in host_attrs.get("tma_descriptor_args", {}).items()
+    }
 
     def name_of(var: str) -> str:
         if var in sig.dyn:
@@ -201,7 +205,5 @@ def trace(point: VariantPoint, arch: str) -> tuple[Signature, dict]:
         (pystr(gv.name_hint) for gv in artifact.device_mod.functions),
         key=lambda n: host_text.index(f'"{n}"'),
     )
-    kernels = [
-        _kernel_facts(n, artifact.device_mod[n], calls[n], host_attrs, sig) for n in names
-    ]
+    kernels = [_kernel_facts(n, artifact.device_mod[n], calls[n], host_attrs, sig) for n in names]
     return sig, {"source": pystr(artifact.kernel_source), "kernels": kernels}

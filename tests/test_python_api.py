@@ -578,7 +578,8 @@ def test_missing_native_module_gives_clear_import_error(cpu_as_cuda, monkeypatch
 
 
 def test_current_stream_uses_torchs_raw_accessor(monkeypatch):
-    monkeypatch.setattr(_lib, "current_stream", _lib.current_stream)  # restored afterwards
+    # Start unresolved (earlier GPU tests may have resolved it); restored afterwards.
+    monkeypatch.setattr(_lib, "current_stream", _lib._resolve_current_stream)
 
     def raw(device: int) -> int:
         return 100 + device
@@ -589,7 +590,7 @@ def test_current_stream_uses_torchs_raw_accessor(monkeypatch):
 
 
 def test_current_stream_falls_back_to_public_api(monkeypatch):
-    monkeypatch.setattr(_lib, "current_stream", _lib.current_stream)
+    monkeypatch.setattr(_lib, "current_stream", _lib._resolve_current_stream)
     monkeypatch.delattr(torch._C, "_cuda_getCurrentRawStream", raising=False)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda d: SimpleNamespace(cuda_stream=77))
     assert _lib.current_stream(0) == 77

@@ -1,0 +1,155 @@
+"""Kernel time of each tileaot op against its torch equivalent, at one large and one small size.
+
+    python bench/run.py [--json results.json]
+
+Median of `triton.testing.do_bench` (it flushes L2 between repetitions), inputs random, never
+zeros. Memory-bound ops report GB/s (bytes read + written) and the ratio to a device-to-device
+copy measured in the same run; gemm reports TFLOP/s. Needs a CUDA GPU, torch and triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kernels_py references
+
+import tileaot  # noqa: E402
+
+from kernels_py.quant.per_token_cast_fp8 import reference as cast_reference  # noqa: E402
+
+
+def median_us(fn) -> float:
+    return do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
+
+
+def copy_ceiling() -> float:
+    """GB/s of a 2 GiB device-to-device copy, counting bytes read + written."""
+    src = torch.randn(2**29, device="cuda")  # 2 GiB of float32
+    dst = torch.empty_like(src)
+    us = median_us(lambda: dst.copy_(src))
+    return 2 * src.numel() * 4 / us / 1e3
+
+
+def rms_norm_case(m: int, n: int):
+    x = torch.randn(m, n, device="cuda").bfloat16()
+    w = torch.randn(n, device="cuda").bfloat16()
+    y = torch.empty_like(x)
+    nbytes = 2 * x.numel() * 2 + n * 2
+
+    def torch_eager():
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).bfloat16()
+
+    return (lambda: tileaot.rms_norm(x, w, 1e-6, out=y)), torch_eager, nbytes, None
+
+
+def cast_case(m: int, n: int):
+    x = torch.randn(m, n, device="cuda").bfloat16()
+    q = torch.empty(m, n, dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty(m, n // 128, device="cuda")
+    nbytes = x.numel() * 2 + q.numel() + s.numel() * 4
+    return (
+        (lambda: tileaot.per_token_cast_fp8(x, 128, out=(q, s))),
+        (lambda: cast_reference(x, 128)),
+        nbytes,
+        None,
+    )
+
+
+def gemm_case(m: int, n: int, k: int):
+    a = torch.randn(m, k, device="cuda").bfloat16()
+    b = torch.randn(n, k, device="cuda").bfloat16()
+    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    return (lambda: tileaot.gemm(a, b, out=c)), (lambda: a @ b.T), None, 2 * m * n * k
+
+
+CASES = [
+    ("rms_norm bf16", "32768x7168", lambda: rms_norm_case(32768, 7168)),
+    ("rms_norm bf16", "128x4096", lambda: rms_norm_case(128, 4096)),
+    ("per_token_cast_fp8 bf16 g128", "32768x7168", lambda: cast_case(32768, 7168)),
+    ("per_token_cast_fp8 bf16 g128", "128x4096", lambda: cast_case(128, 4096)),
+    ("gemm bf16", "4096x4096x4096", lambda: gemm_case(4096, 4096, 4096)),
+    ("gemm bf16", "16x4096x4096", lambda: gemm_case(16, 4096, 4096)),
+]
+
+
+def rate(us: float, nbytes, flops, ceiling: float) -> str:
+    if flops:
+        return f"{flops / us / 1e6:8.1f} TFLOP/s"
+    gbs = nbytes / us / 1e3
+    return f"{gbs:8.0f} GB/s ({100 * gbs / ceiling:3.0f} % of copy)"
+
+
+def host_us_per_call(fn, calls: int = 200, repeats: int = 25) -> float:
+    """CPU time to enqueue one call: short bursts (well under the launch queue's depth, so the
+    GPU never pushes back), synchronised outside the timed region; median over bursts."""
+    import statistics
+    import time
+
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def host_overhead() -> list[dict]:
+    x = torch.randn(4, 4096, device="cuda").bfloat16()
+    w = torch.randn(4096, device="cuda").bfloat16()
+    y = torch.empty_like(x)
+    cases = {
+        "tileaot.rms_norm(x, w, out=y)": lambda: tileaot.rms_norm(x, w, 1e-6, out=y),
+        "tileaot.rms_norm(x, w) (allocating)": lambda: tileaot.rms_norm(x, w, 1e-6),
+        "torch.nn.functional.rms_norm": lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6),
+        "torch.empty_like (floor: one torch call)": lambda: torch.empty_like(x),
+    }
+    return [{"call": name, "host_us": host_us_per_call(fn)} for name, fn in cases.items()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    ceiling = copy_ceiling()
+    print(f"{torch.cuda.get_device_name()}; device-to-device copy: {ceiling:.0f} GB/s")
+    rows = []
+    for op, size, make in CASES:
+        ours, theirs, nbytes, flops = make()
+        t_ours, t_torch = median_us(ours), median_us(theirs)
+        rows.append(
+            {
+                "op": op,
+                "size": size,
+                "tileaot_us": t_ours,
+                "torch_us": t_torch,
+                "bytes": nbytes,
+                "flops": flops,
+            }
+        )
+        print(
+            f"{op:30s} {size:16s} tileaot {t_ours:9.1f} us {rate(t_ours, nbytes, flops, ceiling)}"
+            f" | torch {t_torch:9.1f} us {rate(t_torch, nbytes, flops, ceiling)}"
+        )
+    host = host_overhead()
+    for row in host:
+        print(f"host cost per call, x[4, 4096] bf16: {row['call']:42s} {row['host_us']:6.2f} us")
+    if args.json:
+        result = {"copy_gbs": ceiling, "rows": rows, "host": host}
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
