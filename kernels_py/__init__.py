@@ -1,0 +1,21 @@
+"""TileLang kernels that tileaot ships; one module per op, each exposing ``SPEC``.
+
+Importing this package (or an op module) needs neither tilelang nor torch: factories and
+references import them when called.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# One line per op module; all_specs() keeps this order (the build's variant order).
+OP_MODULES = (
+    "kernels_py.norm.rms_norm",
+    "kernels_py.quant.per_token_cast_fp8",
+    "kernels_py.gemm.gemm",
+)
+
+
+def all_specs():
+    """The KernelSpec of every op, in a stable order."""
+    return [importlib.import_module(name).SPEC for name in OP_MODULES]

@@ -1,0 +1,186 @@
+"""CPU tests of kernels_py: torch references against independent float64 math, and the
+KernelSpec tables. No GPU; tilelang only for the lowering smoke tests (skipped without it)."""
+
+import inspect
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernels_py import all_specs  # noqa: E402
+from kernels_py.gemm import gemm  # noqa: E402
+from kernels_py.norm import rms_norm  # noqa: E402
+from kernels_py.quant import per_token_cast_fp8 as fp8  # noqa: E402
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+# Output rounding of each dtype (half an ulp is 2^-9 for bf16, 2^-12 for fp16), with slack.
+RTOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# --- rms_norm -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values())
+@pytest.mark.parametrize("n", [1, 7, 128, 1000])
+def test_rms_norm_reference_matches_float64(dtype, n):
+    x = torch.randn(5, n).to(dtype)
+    w = (1 + 0.1 * torch.randn(n)).to(dtype)
+    eps = 1e-6
+    x64, w64 = x.double(), w.double()
+    want = x64 / torch.sqrt((x64 * x64).mean(-1, keepdim=True) + eps) * w64
+    got = rms_norm.reference(x, w, eps)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), want, rtol=RTOL[dtype], atol=1e-5)
+
+
+def test_rms_norm_reference_zero_row_is_zero():
+    got = rms_norm.reference(torch.zeros(2, 64), torch.ones(64), 1e-6)
+    assert torch.equal(got, torch.zeros(2, 64))
+
+
+# --- gemm -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gemm_reference_matches_float64(dtype):
+    a = torch.randn(33, 72).to(dtype)
+    b = torch.randn(40, 72).to(dtype)
+    want = a.double() @ b.double().T
+    got = gemm.reference(a, b)
+    assert got.dtype == dtype and got.shape == (33, 40)
+    torch.testing.assert_close(got.double(), want, rtol=RTOL[dtype], atol=1e-2)
+
+
+# --- per_token_cast_fp8 ---------------------------------------------------------------------
+
+E4M3_MAX = 448.0
+
+
+def _groups(x, group_size):
+    m, n = x.shape
+    gs = n if group_size is None else group_size
+    return x.float().reshape(m, n // gs, gs)
+
+
+@pytest.mark.parametrize("group_size", [128, None])
+def test_fp8_zero_rows_give_floor_scale_and_zero_q(group_size):
+    x = torch.zeros(3, 256, dtype=torch.bfloat16)
+    x[1] = torch.randn(256).to(torch.bfloat16)
+    q, scale = fp8.reference(x, group_size)
+    floor = torch.tensor(1e-4, dtype=torch.float32) / 448.0
+    assert q.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32
+    assert torch.equal(scale[0], floor.expand_as(scale[0]))
+    assert torch.equal(scale[2], floor.expand_as(scale[2]))
+    assert torch.equal(q[0].float(), torch.zeros(256))
+    assert torch.equal(q[2].float(), torch.zeros(256))
+    assert torch.isfinite(q.float()).all() and torch.isfinite(scale).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values())
+@pytest.mark.parametrize("group_size", [128, None])
+def test_fp8_dequantised_is_close_and_amax_maps_to_448(dtype, group_size):
+    x = (torch.randn(6, 512) * torch.logspace(-3, 3, 6).unsqueeze(1)).to(dtype)
+    q, scale = fp8.reference(x, group_size)
+    groups = 4 if group_size else 1
+    assert q.shape == x.shape and scale.shape == (6, groups)
+
+    xg, qg, s = _groups(x, group_size), _groups(q, group_size), scale.unsqueeze(-1)
+    # e4m3: 3 mantissa bits (relative step 2^-3, half of it for rounding) and subnormals
+    # spaced 2^-9 (absolute error up to 2^-10 in units of the scale).
+    err = (qg * s - xg).abs()
+    assert (err <= xg.abs() * 2**-4 * 1.001 + s * 2**-10).all()
+
+    amax_at = xg.abs().argmax(dim=-1, keepdim=True)
+    q_at_amax = qg.gather(-1, amax_at)
+    assert torch.equal(q_at_amax.abs(), torch.full_like(q_at_amax, E4M3_MAX))
+    assert torch.equal(q_at_amax.sign(), xg.gather(-1, amax_at).sign())
+    # IEEE fp32 division, independently: a float64 quotient rounded once more to float32 is
+    # the correctly rounded float32 quotient (53 >= 2 * 24 + 2 bits).
+    want = (xg.abs().amax(-1, keepdim=True).double() / E4M3_MAX).float()
+    assert torch.equal(s, want)
+
+
+def test_fp8_reference_rounds_to_nearest_even():
+    # 1.0625 lies halfway between the e4m3 values 1.0 and 1.125: ties go to the even 1.0;
+    # 1.1875 lies between 1.125 and 1.25: ties go to the even 1.25.
+    x = torch.zeros(1, 128)
+    x[0, :3] = torch.tensor([448.0, 1.0625, 1.1875])
+    q, scale = fp8.reference(x, 128)
+    assert scale.item() == 1.0
+    assert q[0, :3].float().tolist() == [448.0, 1.0, 1.25]
+
+
+# --- specs ----------------------------------------------------------------------------------
+
+
+def _variants(spec):
+    return [(key, sp) for key in spec.keys for sp in spec.specs]
+
+
+def test_specs_have_generic_variant_and_unique_names():
+    specs = all_specs()
+    assert [s.op for s in specs] == ["rms_norm", "per_token_cast_fp8", "gemm"]
+    names = [s.variant_name(key, sp) for s in specs for key, sp in _variants(s)]
+    assert len(names) == len(set(names))
+    for spec in specs:
+        assert {} in [dict(sp) for sp in spec.specs], spec.op
+        assert len({spec.key_string(k) for k in spec.keys}) == len(spec.keys)
+
+
+def test_factories_accept_every_key_and_spec_name():
+    for spec in all_specs():
+        params = inspect.signature(spec.factory).parameters
+        assert "arch" in params
+        for key, sp in _variants(spec):
+            assert set(key) | set(sp) <= set(params), (spec.op, key, sp)
+
+
+def test_supports_and_constraints():
+    key_bf16, key_fp16 = {"dtype": "bfloat16"}, {"dtype": "float16"}
+    assert not gemm.SPEC.supports("sm_75", key_bf16, {})
+    assert gemm.SPEC.supports("sm_70", key_fp16, {})
+    assert gemm.SPEC.supports("sm_90a", key_bf16, {"N": 4096, "K": 4096})
+    assert gemm.SPEC.constraints(key_bf16, {}) == {"N": 8, "K": 8}
+    assert gemm.SPEC.constraints(key_bf16, {"N": 4096, "K": 4096}) == {}
+    g128, token = {"dtype": "bfloat16", "group": "g128"}, {"dtype": "bfloat16", "group": "token"}
+    assert fp8.SPEC.constraints(g128, {}) == {"N": 128}
+    assert fp8.SPEC.supports("sm_90a", g128, {"N": 7168})
+    assert not fp8.SPEC.supports("sm_90a", token, {"N": 7168})
+
+
+# --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
+
+
+def _lower(func, arch, name):
+    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
+    tilelang = pytest.importorskip("tilelang")
+    from tilelang import tvm
+    from tvm.target import Target
+
+    target = Target({"kind": "cuda", "arch": arch})
+    with tvm.transform.PassContext(opt_level=3), target:
+        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
+
+
+def test_lower_gemm_sm90a_uses_wgmma():
+    src = _lower(gemm.factory(arch="sm_90a", dtype="bfloat16"), "sm_90a", "gemm_test")
+    assert "wgmma" in src and "tma_load" in src
+
+
+def test_lower_fp8_uses_saturating_rn_cast_and_ieee_division():
+    func = fp8.factory(arch="sm_90a", dtype="bfloat16", group="g128", N=4096)
+    src = _lower(func, "sm_90a", "fp8_test")
+    assert "__NV_SATFINITE, __NV_E4M3" in src and "__fdiv_rn" in src
+    assert "__fdividef" not in src
+
+
+def test_lower_rms_norm_generic_has_vector_and_scalar_paths():
+    src = _lower(rms_norm.factory(arch="sm_80", dtype="float16"), "sm_80", "rms_test")
+    assert "if (((N % 8) == 0))" in src or "if ((N % 8) == 0)" in src
+    assert "uint4" in src
