@@ -29,6 +29,7 @@ DTYPE_SHORT = {
     "float16": "fp16",
     "float32": "fp32",
     "float8_e4m3": "e4m3",
+    "float8_e4m3fn": "e4m3",
     "int32": "i32",
     "uint8": "u8",
 }

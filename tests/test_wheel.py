@@ -135,5 +135,5 @@ def test_info_lists_archs_ops_and_variants():
         [sys.executable, "-m", "tileaot", "info"], capture_output=True, text=True, cwd="/"
     )
     assert out.returncode == 0, out.stderr
-    for word in ("sm_90a", "rms_norm", "per_token_cast_fp8", "gemm", "rms_norm_bf16_n4096"):
+    for word in ("sm_90a", "rms_norm", "per_token_cast_fp8", "gemm", "n4096", "bf16,g128"):
         assert word in out.stdout, word
