@@ -1,6 +1,6 @@
 """Where the host time of one tileaot call goes (CPU µs per call, median of bursts).
 
-    python bench/host_profile.py
+python bench/host_profile.py
 """
 
 from __future__ import annotations

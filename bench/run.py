@@ -20,6 +20,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kernels_py references
 
 import tileaot  # noqa: E402
+from host_profile import per_call_us  # noqa: E402  (bench/ is sys.path[0] for a script)
 
 from kernels_py.quant.per_token_cast_fp8 import reference as cast_reference  # noqa: E402
 
@@ -86,25 +87,6 @@ def rate(us: float, nbytes, flops, ceiling: float) -> str:
     return f"{gbs:8.0f} GB/s ({100 * gbs / ceiling:3.0f} % of copy)"
 
 
-def host_us_per_call(fn, calls: int = 200, repeats: int = 25) -> float:
-    """CPU time to enqueue one call: short bursts (well under the launch queue's depth, so the
-    GPU never pushes back), synchronised outside the timed region; median over bursts."""
-    import statistics
-    import time
-
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
-
-
 def host_overhead() -> list[dict]:
     x = torch.randn(4, 4096, device="cuda").bfloat16()
     w = torch.randn(4096, device="cuda").bfloat16()
@@ -115,7 +97,7 @@ def host_overhead() -> list[dict]:
         "torch.nn.functional.rms_norm": lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6),
         "torch.empty_like (floor: one torch call)": lambda: torch.empty_like(x),
     }
-    return [{"call": name, "host_us": host_us_per_call(fn)} for name, fn in cases.items()]
+    return [{"call": name, "host_us": per_call_us(fn)} for name, fn in cases.items()]
 
 
 def main() -> int:

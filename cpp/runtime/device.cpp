@@ -62,26 +62,7 @@ bool module_locked(const Driver& d, DeviceState& dev, int32_t blob, CUmodule* mo
 
 }  // namespace
 
-const Devices* get_devices(std::string* error) {
-  // Built once and never destroyed: launches on other threads may still run while static
-  // destructors do at exit, and the driver state it holds outlives us anyway.
-  struct Loaded {
-    Devices devices;
-    bool ok = false;
-    std::string error;
-  };
-  static std::once_flag once;
-  static Loaded* loaded = nullptr;
-  std::call_once(once, [] {
-    loaded = new Loaded();
-    loaded->ok = load_devices(&loaded->devices, &loaded->error);
-  });
-  if (!loaded->ok) {
-    *error = loaded->error;
-    return nullptr;
-  }
-  return &loaded->devices;
-}
+const Devices* get_devices(std::string* error) { return load_once<Devices, load_devices>(error); }
 
 bool primary_context(const Driver& d, DeviceState& dev, CUcontext* ctx, DriverFailure* failure) {
   *ctx = dev.context.load(std::memory_order_acquire);

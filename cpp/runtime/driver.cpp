@@ -116,25 +116,7 @@ bool load_driver(Driver* d, std::string* error) {
 
 }  // namespace
 
-const Driver* get_driver(std::string* error) {
-  // Never destroyed, like the driver itself: callers may run during static destruction.
-  struct Loaded {
-    Driver driver{};
-    bool ok = false;
-    std::string error;
-  };
-  static std::once_flag once;
-  static Loaded* loaded = nullptr;
-  std::call_once(once, [] {
-    loaded = new Loaded();
-    loaded->ok = load_driver(&loaded->driver, &loaded->error);
-  });
-  if (!loaded->ok) {
-    *error = loaded->error;
-    return nullptr;
-  }
-  return &loaded->driver;
-}
+const Driver* get_driver(std::string* error) { return load_once<Driver, load_driver>(error); }
 
 std::string driver_error_text(const Driver& driver, CUresult status) {
   const char* name = nullptr;

@@ -9,7 +9,34 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
+
+namespace tileaot::detail {
+
+// Runs `Load` once per process and keeps its result (or its error) for good. Never destroyed:
+// launches on other threads may still run while static destructors do at exit.
+template <typename T, bool (*Load)(T*, std::string*)>
+const T* load_once(std::string* error) {
+  struct Loaded {
+    T value{};
+    bool ok = false;
+    std::string error;
+  };
+  static std::once_flag once;
+  static Loaded* loaded = nullptr;
+  std::call_once(once, [] {
+    loaded = new Loaded();
+    loaded->ok = Load(&loaded->value, &loaded->error);
+  });
+  if (!loaded->ok) {
+    *error = loaded->error;
+    return nullptr;
+  }
+  return &loaded->value;
+}
+
+}  // namespace tileaot::detail
 
 namespace tileaot::detail {
 

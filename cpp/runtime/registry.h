@@ -77,7 +77,7 @@ struct Variant {
   bool arch_specific;  // an "a" target: its SASS runs on exactly this major.minor
   int32_t blob;        // index into kBlobs
   int32_t n_tensors;
-  const int32_t* ndims;   // rank of each tensor; shapes arrive concatenated
+  const int32_t* ndims;  // rank of each tensor; shapes arrive concatenated
   int32_t n_scalars;
   int32_t n_dyn;          // dynamic sizes written by `match` (at most kMaxDyn)
   const char* signature;  // "x[M,4096] weight[4096] y[M,4096]; eps | M%1" for messages
