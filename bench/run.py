@@ -22,8 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kernels_py refer
 import tileaot  # noqa: E402
 from host_profile import per_call_us  # noqa: E402  (bench/ is sys.path[0] for a script)
 
-from kernels_py.quant.per_token_cast_fp8 import reference as cast_reference  # noqa: E402
-
 
 def median_us(fn) -> float:
     return do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
@@ -37,47 +35,16 @@ def copy_ceiling() -> float:
     return 2 * src.numel() * 4 / us / 1e3
 
 
-def rms_norm_case(m: int, n: int):
-    x = torch.randn(m, n, device="cuda").bfloat16()
-    w = torch.randn(n, device="cuda").bfloat16()
-    y = torch.empty_like(x)
-    nbytes = 2 * x.numel() * 2 + n * 2
+def load_cases() -> list[tuple]:
+    """Every bench/ops/<op>.py's CASES: (label, size, make) with make() → (ours, torch, bytes,
+    flops); one file per op so ops are added without touching this runner."""
+    import importlib
 
-    def torch_eager():
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).bfloat16()
-
-    return (lambda: tileaot.rms_norm(x, w, 1e-6, out=y)), torch_eager, nbytes, None
-
-
-def cast_case(m: int, n: int):
-    x = torch.randn(m, n, device="cuda").bfloat16()
-    q = torch.empty(m, n, dtype=torch.float8_e4m3fn, device="cuda")
-    s = torch.empty(m, n // 128, device="cuda")
-    nbytes = x.numel() * 2 + q.numel() + s.numel() * 4
-    return (
-        (lambda: tileaot.per_token_cast_fp8(x, 128, out=(q, s))),
-        (lambda: cast_reference(x, 128)),
-        nbytes,
-        None,
-    )
-
-
-def gemm_case(m: int, n: int, k: int):
-    a = torch.randn(m, k, device="cuda").bfloat16()
-    b = torch.randn(n, k, device="cuda").bfloat16()
-    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    return (lambda: tileaot.gemm(a, b, out=c)), (lambda: a @ b.T), None, 2 * m * n * k
-
-
-CASES = [
-    ("rms_norm bf16", "32768x7168", lambda: rms_norm_case(32768, 7168)),
-    ("rms_norm bf16", "128x4096", lambda: rms_norm_case(128, 4096)),
-    ("per_token_cast_fp8 bf16 g128", "32768x7168", lambda: cast_case(32768, 7168)),
-    ("per_token_cast_fp8 bf16 g128", "128x4096", lambda: cast_case(128, 4096)),
-    ("gemm bf16", "4096x4096x4096", lambda: gemm_case(4096, 4096, 4096)),
-    ("gemm bf16", "16x4096x4096", lambda: gemm_case(16, 4096, 4096)),
-]
+    cases = []
+    for path in sorted((Path(__file__).parent / "ops").glob("*.py")):
+        if path.stem != "__init__":
+            cases += importlib.import_module(f"ops.{path.stem}").CASES
+    return cases
 
 
 def rate(us: float, nbytes, flops, ceiling: float) -> str:
@@ -107,7 +74,7 @@ def main() -> int:
     ceiling = copy_ceiling()
     print(f"{torch.cuda.get_device_name()}; device-to-device copy: {ceiling:.0f} GB/s")
     rows = []
-    for op, size, make in CASES:
+    for op, size, make in load_cases():
         ours, theirs, nbytes, flops = make()
         t_ours, t_torch = median_us(ours), median_us(theirs)
         rows.append(

@@ -1,0 +1,1 @@
+"""One module per op: CASES for bench/run.py."""
