@@ -51,6 +51,9 @@ def main() -> None:
     cases = {
         "full: tileaot.rms_norm(x, w, out=y)": lambda: tileaot.rms_norm(x, w, 1e-6, out=y),
         "native.launch(...) only": lambda: native.launch(handle, 0, stream, ptrs, shapes, (1e-6,)),
+        "native.call((x, w, y)): DLPack C API, checks in C++": lambda: native.call(
+            handle, (x, w, y), (1e-6,)
+        ),
         "current_stream(0)": lambda: _lib.current_stream(0),
         "3x data_ptr()": lambda: (x.data_ptr(), w.data_ptr(), y.data_ptr()),
         "x.is_cuda + get_device()": lambda: (x.is_cuda, x.get_device()),

@@ -35,6 +35,31 @@ inline uint32_t tl_dim(int64_t v) {
 """
 
 
+# TVM dtype → DLPack (type code, bits); the runtime checks tensors against these (packed as
+# code | bits << 8 | lanes << 16, the DLDataType layout).
+_DLPACK = {
+    "bfloat16": (4, 16),
+    "float16": (2, 16),
+    "float32": (2, 32),
+    "float64": (2, 64),
+    "int8": (0, 8),
+    "int16": (0, 16),
+    "int32": (0, 32),
+    "int64": (0, 64),
+    "uint8": (1, 8),
+    "bool": (6, 8),
+    "float8_e4m3": (10, 8),
+    "float8_e4m3fn": (10, 8),
+    "float8_e5m2": (12, 8),
+    "float8_e8m0fnu": (14, 8),
+}
+
+
+def dlpack_dtype(dtype: str) -> int:
+    code, bits = _DLPACK[dtype]
+    return code | bits << 8 | 1 << 16
+
+
 def c_ident(text: str) -> str:
     return re.sub(r"[^0-9A-Za-z_]", "_", text)
 
@@ -151,8 +176,13 @@ def emit_registry(rows: list[dict], blobs: list[dict], build_archs: str, build_o
             syms = ", ".join(c_string(k["symbol"]) for k in row["kernels"])
             out.append(f"const char* const kernels_{name}[] = {{{syms}}};")
             params = row["signature"]["params"]
-            ndims = ", ".join(str(len(p["shape"])) for p in params if p["kind"] == "tensor")
-            out.append(f"const int32_t ndims_{name}[] = {{{ndims}}};\n")
+            tensors = [p for p in params if p["kind"] == "tensor"]
+            ndims = ", ".join(str(len(p["shape"])) for p in tensors)
+            out.append(f"const int32_t ndims_{name}[] = {{{ndims}}};")
+            names = ", ".join(c_string(p["name"]) for p in tensors)
+            out.append(f"const char* const names_{name}[] = {{{names}}};")
+            dtypes = ", ".join(f"{dlpack_dtype(p['dtype'])}u" for p in tensors)
+            out.append(f"const uint32_t dtypes_{name}[] = {{{dtypes}}};\n")
         body = launch_body(row["signature"], row["kernels"])
         if body not in launch_fns:
             launch_fns[body] = f"launch_{len(launch_fns)}"
@@ -196,6 +226,8 @@ def emit_registry(rows: list[dict], blobs: list[dict], build_archs: str, build_o
             str(len(row["kernels"])),
             f"kernels_{name}",
             fn,
+            f"names_{name}",
+            f"dtypes_{name}",
         ]
         out.append("    {" + ", ".join(fields) + "},")
     out.append("};")

@@ -143,6 +143,34 @@ def test_gemm(key, m, n, k):
     assert not torch.isnan(c).any(), f"{name}: unwritten outputs"
 
 
+# ---------------------------------------------------------------- the DLPack fast path
+def test_native_call_takes_tensors_and_checks_them():
+    """_C.call reads tensors through the DLPack C exchange API: same result as the op, and
+    the checks (dtype against the key, device, layout) raise before any launch."""
+    from tileaot import _lib
+
+    native = _lib.native()
+    x, w = _randn((37, 4096), torch.bfloat16), _randn((4096,), torch.bfloat16)
+    y = torch.full_like(x, float("nan"))
+    handle = native.lookup("rms_norm", "bf16")
+    native.call(handle, (x, w, y), (1e-5,))
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, _reference("norm.rms_norm")(x, w, 1e-5), rtol=1.6e-2, atol=1e-2)
+    with pytest.raises(TypeError, match="weight has dtype float32"):
+        native.call(handle, (x, w.float(), y), (1e-5,))
+    with pytest.raises(ValueError, match="not contiguous"):
+        native.call(handle, (x[:, ::2], w[::2], y[:, ::2]), (1e-5,))
+    with pytest.raises(ValueError, match="CUDA memory"):
+        native.call(handle, (x.cpu(), w, y), (1e-5,))
+    q = torch.empty(37, 4096, dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty(37, 32, device="cuda")
+    cast = native.lookup("per_token_cast_fp8", "bf16,g128")
+    native.call(cast, (x, q, s), ())
+    torch.cuda.synchronize()
+    q_ref, s_ref = _reference("quant.per_token_cast_fp8")(x, 128)
+    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref)
+
+
 # ---------------------------------------------------------------- streams and coverage
 def test_launch_is_ordered_on_the_callers_stream():
     """Input written on a side stream after a long sleep: a launch on any other stream would

@@ -1,9 +1,12 @@
 // tileaot._C: a thin nanobind layer over the C ABI (include/tileaot/tileaot.h).
 //
-// launch() is the hot path: the Python dispatcher passes data_ptr() ints and flat shapes, and
-// we read them with limited-API calls straight into stack arrays (no nb::ndarray, no DLPack:
-// DESIGN.md measured ~2.6 µs per tensor for those). Built with STABLE_ABI, so only limited-API
-// CPython calls appear here. Importing this module never touches the CUDA driver.
+// Two hot paths. launch(): the Python dispatcher passes data_ptr() ints and flat shapes, read
+// with limited-API calls straight into stack arrays. call(): takes the tensors themselves and
+// reads them through the framework's DLPack C exchange API (a C function pointer per tensor,
+// no Python-level __dlpack__ call: DESIGN.md measured ~2.6 µs per tensor for that), checks
+// dtype, device, layout, alignment and sizes here in C++, and takes the framework's current
+// stream from the same API. Built with STABLE_ABI, so only limited-API CPython calls appear
+// here. Importing this module never touches the CUDA driver.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
@@ -81,6 +84,150 @@ int32_t read_scalars(nb::handle seq, double* out) {
   return read_items(seq, out, kMaxScalars, "scalars", PyFloat_AsDouble, -1.0);
 }
 
+// ---- DLPack C exchange API (DLPack 1.2+, torch >= 2.10: type(t).__dlpack_c_exchange_api__).
+// Declared here, from the DLPack spec, to keep framework headers out of the build.
+struct DLDevice {
+  int32_t device_type;  // kDLCUDA = 2
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // NULL: compact row-major
+  uint64_t byte_offset;
+};
+struct DLPackExchangeAPIHeader {
+  uint32_t major, minor;
+  DLPackExchangeAPIHeader* prev_api;
+};
+struct DLPackExchangeAPI {
+  DLPackExchangeAPIHeader header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
+};
+constexpr int32_t kDLCUDA = 2;
+constexpr uintptr_t kAlign = 16;            // kernels load 16 bytes at a time
+constexpr int64_t kInt32Limit = 1LL << 31;  // kernels index with 32-bit integers
+
+// The exchange API of `tensor`'s type, looked up once per type.
+const DLPackExchangeAPI* exchange_api(PyObject* tensor) {
+  static PyTypeObject* cached_type = nullptr;
+  static const DLPackExchangeAPI* cached_api = nullptr;
+  PyTypeObject* type = Py_TYPE(tensor);
+  if (type == cached_type) return cached_api;
+  nb::object capsule = nb::steal(
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__"));
+  if (!capsule.is_valid()) {
+    PyErr_Clear();
+    throw nb::type_error(
+        "tileaot: tensors must support the DLPack C exchange API "
+        "(type(t).__dlpack_c_exchange_api__; torch >= 2.10)");
+  }
+  auto* api = static_cast<const DLPackExchangeAPI*>(
+      PyCapsule_GetPointer(capsule.ptr(), "dlpack_exchange_api"));
+  if (api == nullptr) throw nb::python_error();
+  if (api->header.major != 1) {
+    throw nb::type_error(("tileaot: unsupported DLPack exchange API major version " +
+                          std::to_string(api->header.major))
+                             .c_str());
+  }
+  cached_type = type;
+  cached_api = api;
+  return api;
+}
+
+std::string dtype_name(uint32_t packed) {
+  const uint32_t code = packed & 0xff, bits = (packed >> 8) & 0xff;
+  switch (code) {
+    case 0:
+      return "int" + std::to_string(bits);
+    case 1:
+      return "uint" + std::to_string(bits);
+    case 2:
+      return "float" + std::to_string(bits);
+    case 4:
+      return "bfloat16";
+    case 6:
+      return "bool";
+    case 10:
+      return "float8_e4m3fn";
+    case 12:
+      return "float8_e5m2";
+    default:
+      return "dlpack(code " + std::to_string(code) + ", bits " + std::to_string(bits) + ")";
+  }
+}
+
+std::string shape_text(const DLTensor& t) {
+  std::string out = "[";
+  for (int32_t d = 0; d < t.ndim; ++d) out += (d ? ", " : "") + std::to_string(t.shape[d]);
+  return out + "]";
+}
+
+bool is_row_major(const DLTensor& t) {
+  if (t.strides == nullptr) return true;
+  int64_t expected = 1;
+  for (int32_t d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.strides[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+// Raises TypeError/ValueError naming the op and the argument; returns the element count.
+int64_t check_tensor(int32_t handle, int32_t i, const DLTensor& t, int32_t* device) {
+  const char* name = "";
+  uint32_t want = 0;
+  tileaot_tensor_param(handle, i, &name, &want);
+  const std::string who = std::string(tileaot_variant_field(handle, "op")) + ": " + name;
+  const uint32_t got = t.dtype.code | uint32_t(t.dtype.bits) << 8 | uint32_t(t.dtype.lanes) << 16;
+  if (got != want) {
+    throw nb::type_error(
+        (who + " has dtype " + dtype_name(got) + "; expected " + dtype_name(want) + " for this key")
+            .c_str());
+  }
+  if (t.device.device_type != kDLCUDA) {
+    throw nb::value_error((who + " is not in CUDA memory (DLPack device type " +
+                           std::to_string(t.device.device_type) + "); move it with .cuda()")
+                              .c_str());
+  }
+  if (*device < 0) *device = t.device.device_id;
+  if (t.device.device_id != *device) {
+    throw nb::value_error((who + " is on cuda:" + std::to_string(t.device.device_id) +
+                           ", the first tensor on cuda:" + std::to_string(*device))
+                              .c_str());
+  }
+  if (!is_row_major(t)) {
+    throw nb::value_error((who + " is not contiguous; call .contiguous() on it first").c_str());
+  }
+  int64_t numel = 1;  // dims < 2**31 keep the product below 2**62: no overflow
+  for (int32_t d = 0; d < t.ndim && numel < kInt32Limit; ++d) {
+    numel = t.shape[d] >= kInt32Limit ? kInt32Limit : numel * t.shape[d];
+  }
+  if (numel >= kInt32Limit) {
+    throw nb::value_error((who + " has shape " + shape_text(t) +
+                           ": dimensions and element count must stay below 2**31")
+                              .c_str());
+  }
+  const uintptr_t address = reinterpret_cast<uintptr_t>(t.data) + t.byte_offset;
+  if (numel > 0 && address % kAlign != 0) {
+    throw nb::value_error(
+        (who + " is not 16-byte aligned (a view at an offset?); .clone() it").c_str());
+  }
+  return numel;
+}
+
 int32_t lookup(const char* op, const char* key) {
   const int32_t handle = tileaot_lookup(op, key);
   if (handle < 0) raise_last_error(tileaot_last_status());
@@ -99,6 +246,46 @@ void launch(int32_t handle, int32_t device, uintptr_t stream, nb::handle ptrs, n
   {
     nb::gil_scoped_release release;  // other Python threads run while we enqueue
     rc = tileaot_launch(handle, device, reinterpret_cast<void*>(stream), p, n_ptrs, s, n_shapes, c,
+                        n_scalars);
+  }
+  if (rc != TILEAOT_OK) raise_last_error(rc);
+}
+
+// Launch with the tensors themselves: every check in C++, stream from the framework.
+void call(int32_t handle, nb::handle tensors, nb::handle scalars) {
+  PyObject* seq = tensors.ptr();
+  if (!PyTuple_Check(seq)) throw nb::type_error("tensors must be a tuple");
+  const Py_ssize_t n = PyTuple_Size(seq);
+  const int32_t expected = tileaot_tensor_param(handle, -1, nullptr, nullptr);
+  if (expected < 0) raise_last_error(tileaot_last_status());
+  if (n != expected || n == 0) {
+    throw nb::value_error(
+        ("expected " + std::to_string(expected) + " tensors, got " + std::to_string(n)).c_str());
+  }
+  const DLPackExchangeAPI* api = exchange_api(PyTuple_GetItem(seq, 0));
+  const void* ptrs[kMaxTensors];
+  int64_t shapes[kMaxShapeValues];
+  int32_t n_shapes = 0, device = -1;
+  bool empty = false;
+  for (int32_t i = 0; i < n; ++i) {
+    DLTensor t;
+    if (api->dltensor_from_py_object_no_sync(PyTuple_GetItem(seq, i), &t) != 0) {
+      throw nb::python_error();
+    }
+    empty |= check_tensor(handle, i, t, &device) == 0;
+    if (n_shapes + t.ndim > kMaxShapeValues) throw nb::value_error("too many dimensions");
+    for (int32_t d = 0; d < t.ndim; ++d) shapes[n_shapes++] = t.shape[d];
+    ptrs[i] = static_cast<const char*>(t.data) + t.byte_offset;
+  }
+  double c[kMaxScalars];
+  const int32_t n_scalars = read_scalars(scalars, c);
+  if (empty) return;  // nothing to compute (and empty tensors may have no storage)
+  void* stream = nullptr;
+  if (api->current_work_stream(kDLCUDA, device, &stream) != 0) throw nb::python_error();
+  int rc;
+  {
+    nb::gil_scoped_release release;
+    rc = tileaot_launch(handle, device, stream, ptrs, static_cast<int32_t>(n), shapes, n_shapes, c,
                         n_scalars);
   }
   if (rc != TILEAOT_OK) raise_last_error(rc);
@@ -158,6 +345,13 @@ NB_MODULE(_C, m) {
         "Launch on `stream` (a raw CUstream int) of CUDA device `device`. ptrs: data pointers;\n"
         "shapes: all tensor dims, concatenated; scalars: the op's runtime scalars.\n"
         "Raises ValueError (bad counts), VariantMissError, DriverError.");
+  m.def("call", &call, "handle"_a, "tensors"_a, "scalars"_a,
+        nb::sig("def call(handle: int, tensors: tuple, "
+                "scalars: tuple[float, ...] | list[float]) -> None"),
+        "Launch with the tensors themselves (read through the DLPack C exchange API) on the\n"
+        "framework's current stream of their device. Checks dtype (against the key), CUDA\n"
+        "device, contiguity, 16-byte alignment and int32 sizes before launching; an empty\n"
+        "tensor makes it a no-op. Raises TypeError, ValueError, VariantMissError, DriverError.");
   m.def("select", &select_variant, "handle"_a, "device"_a, "shapes"_a,
         nb::sig("def select(handle: int, device: int, "
                 "shapes: tuple[int, ...] | list[int]) -> str"),

@@ -85,6 +85,8 @@ struct Variant {
   int32_t n_kernels;
   const char* const* kernel_names;  // entry symbols in the cubin, in launch order
   LaunchFn launch;
+  const char* const* tensor_names;  // parameter name of each tensor ("x", "weight", ...)
+  const uint32_t* tensor_dtypes;    // DLPack dtype of each tensor: code | bits << 8 | lanes << 16
 };
 
 // Sorted by (op, key, specialised-before-generic, arch descending): the runtime takes the

@@ -183,6 +183,21 @@ const char* tileaot_select(int32_t handle, int32_t device, const int64_t* shapes
   return kVariants[row].name;
 }
 
+int32_t tileaot_tensor_param(int32_t handle, int32_t i, const char** name, uint32_t* dlpack_dtype) {
+  Group group;
+  if (!group_of(handle, &group)) {
+    fail(TILEAOT_ERROR_INVALID,
+         "tileaot: invalid handle " + std::to_string(handle) + " (use tileaot_lookup)");
+    return -1;
+  }
+  const Variant& v = kVariants[group.begin];
+  if (i >= 0 && i < v.n_tensors) {
+    if (name != nullptr) *name = v.tensor_names[i];
+    if (dlpack_dtype != nullptr) *dlpack_dtype = v.tensor_dtypes[i];
+  }
+  return v.n_tensors;
+}
+
 const char* tileaot_device_arch(int32_t device) {
   const Driver* driver = nullptr;
   DeviceState* dev = nullptr;

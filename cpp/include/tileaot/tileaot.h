@@ -37,14 +37,21 @@ TILEAOT_API int32_t tileaot_lookup(const char* op, const char* key);
 /* Launch on `stream` of CUDA device `device` (the primary context is used).
  * ptrs: n_tensors device pointers; shapes: the tensors' dims, concatenated in order;
  * scalars: the op's runtime scalars. */
-TILEAOT_API int tileaot_launch(int32_t handle, int32_t device, void* stream, const void* const* ptrs,
-                               int32_t n_tensors, const int64_t* shapes, int32_t n_shapes,
-                               const double* scalars, int32_t n_scalars);
+TILEAOT_API int tileaot_launch(int32_t handle, int32_t device, void* stream,
+                               const void* const* ptrs, int32_t n_tensors, const int64_t* shapes,
+                               int32_t n_shapes, const double* scalars, int32_t n_scalars);
 
 /* Name of the variant a launch with these shapes would use on `device`, without launching.
  * Returns NULL (with the error set) on a miss. */
 TILEAOT_API const char* tileaot_select(int32_t handle, int32_t device, const int64_t* shapes,
                                        int32_t n_shapes);
+
+/* Tensor parameter i of (op, key) `handle`: its name and its DLPack dtype packed as
+ * code | bits << 8 | lanes << 16 (e.g. bf16 = 4 | 16 << 8 | 1 << 16). Every variant of a
+ * handle shares these. Returns the tensor count, or -1 (error set) for a bad handle. Pass
+ * i = -1 to get only the count. */
+TILEAOT_API int32_t tileaot_tensor_param(int32_t handle, int32_t i, const char** name,
+                                         uint32_t* dlpack_dtype);
 
 /* "sm_90a"-style name of the SASS target family for device `device`, or NULL. */
 TILEAOT_API const char* tileaot_device_arch(int32_t device);
