@@ -13,6 +13,7 @@ OP_MODULES = (
     "kernels_py.norm.rms_norm",
     "kernels_py.quant.per_token_cast_fp8",
     "kernels_py.gemm.gemm",
+    "kernels_py.moe.topk_gate",
 )
 
 

@@ -20,6 +20,7 @@ from ._info import info
 from .gemm import gemm
 from .per_token_cast_fp8 import per_token_cast_fp8
 from .rms_norm import rms_norm
+from .topk_gate import topk_gate
 
 if TYPE_CHECKING:
     from ._C import DriverError as DriverError
@@ -32,6 +33,7 @@ __all__ = [
     "info",
     "per_token_cast_fp8",
     "rms_norm",
+    "topk_gate",
 ]
 
 # Names served by __getattr__: the native module's exceptions, and the version (importlib's

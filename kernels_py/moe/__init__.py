@@ -1,0 +1,1 @@
+"""Mixture-of-experts kernels: routing (top-k gating), token dispatch and combine."""

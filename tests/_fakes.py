@@ -1,0 +1,126 @@
+"""Shared CPU-test fixtures for the Python layer: a recording fake of `tileaot._C` and
+"CPU tensors count as CUDA" (the same scheme as tests/test_python_api.py, importable by
+per-op test files: ``from _fakes import FakeC, Launch, STREAM, cpu_as_cuda, fake, ...``;
+importing a fixture into a test module is what makes pytest use it there).
+
+* `fake` puts a recording stand-in for `tileaot._C` into `tileaot._lib._native` (the loader's
+  cache), empties the handle cache and stubs `_lib.current_stream`. It records every `lookup`
+  and `launch`; it never dereferences a pointer.
+* `cpu_as_cuda` replaces `_validate.device_index`, the one check that insists on CUDA memory,
+  so CPU tensors count as CUDA device 0 and meta tensors (shapes without memory, for sizes
+  past int32) as device 1. Every other check runs for real on real tensors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+try:
+    import tileaot
+except ImportError:  # a source checkout: test the package in python/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    import tileaot
+
+_lib = importlib.import_module("tileaot._lib")
+_validate = importlib.import_module("tileaot._validate")
+STREAM = 0x5EED
+
+__all__ = [
+    "STREAM",
+    "FakeC",
+    "Launch",
+    "cpu_as_cuda",
+    "fake",
+    "meta",
+    "misaligned",
+    "t",
+    "tileaot",
+]
+
+
+@dataclass
+class Launch:
+    handle: int
+    device: int
+    stream: int
+    ptrs: tuple
+    shapes: tuple
+    scalars: tuple
+
+
+class FakeC:
+    """Records calls the way `tileaot._C` would receive them."""
+
+    __file__ = "<fake _C>"
+
+    class VariantMissError(LookupError):
+        pass
+
+    class DriverError(RuntimeError):
+        pass
+
+    def __init__(self, arch: str | None = None, missing: tuple = ()) -> None:
+        self.arch = arch
+        self.missing = set(missing)  # (op, key) pairs lookup() rejects
+        self.lookups: list[tuple[str, str]] = []
+        self.launches: list[Launch] = []
+        self.by_handle: dict[int, tuple[str, str]] = {}
+
+    def lookup(self, op: str, key: str) -> int:
+        self.lookups.append((op, key))
+        if (op, key) in self.missing:
+            raise self.VariantMissError(f"tileaot: no variant of {op} for key {key}")
+        handle = 1000 + len(self.lookups)
+        self.by_handle[handle] = (op, key)
+        return handle
+
+    def launch(self, handle, device, stream, ptrs, shapes, scalars) -> None:
+        self.launches.append(Launch(handle, device, stream, ptrs, shapes, scalars))
+
+    def device_arch(self, device: int) -> str | None:
+        if self.arch is None:
+            raise self.DriverError("CUDA driver not found (libcuda.so.1)")
+        return self.arch
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeC:
+    c = FakeC()
+    monkeypatch.setattr(_lib, "_native", c)
+    monkeypatch.setattr(_lib, "_handles", {})
+    monkeypatch.setattr(_lib, "current_stream", lambda device: STREAM)
+    return c
+
+
+@pytest.fixture
+def cpu_as_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    devices = {"cpu": 0, "meta": 1}
+
+    def device_index(name: str, tensor: torch.Tensor) -> int:
+        return devices[tensor.device.type]
+
+    monkeypatch.setattr(_validate, "device_index", device_index)
+
+
+def t(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """A random CPU tensor (integers for integer dtypes)."""
+    if dtype.is_floating_point:
+        return torch.randn(shape).to(dtype)
+    return torch.randint(-1, 8, shape, dtype=dtype)
+
+
+def misaligned(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """A contiguous view starting one element past an aligned allocation."""
+    n = math.prod(shape)
+    return torch.zeros(n + 16, dtype=dtype)[1 : n + 1].view(shape)
+
+
+def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
