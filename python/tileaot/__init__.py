@@ -20,6 +20,8 @@ from ._info import info
 from .gemm import gemm
 from .per_token_cast_fp8 import per_token_cast_fp8
 from .rms_norm import rms_norm
+from .swiglu import swiglu
+from .swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from .topk_gate import topk_gate
 
 if TYPE_CHECKING:
@@ -33,6 +35,8 @@ __all__ = [
     "info",
     "per_token_cast_fp8",
     "rms_norm",
+    "swiglu",
+    "swiglu_per_token_cast_fp8",
     "topk_gate",
 ]
 

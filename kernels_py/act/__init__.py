@@ -1,0 +1,1 @@
+"""Activation kernels (gated MLP activations for dense and MoE expert layers)."""

@@ -1,0 +1,153 @@
+"""SwiGLU: ``y = silu(x[:, :H]) * x[:, H:]`` with ``silu(a) = a / (1 + exp(-a))``.
+
+The gate (first half of each row) and the up projection (second half) are packed in one
+tensor ``x[M, 2H]``, as a fused gate/up GEMM writes them; ``y`` is ``[M, H]`` in x's dtype.
+Math is fp32; each element is::
+
+    y = RN_out( (g / (1 + expf(-g))) * u )        # g, u upcast to fp32
+
+with the accurate (libdevice) ``expf``, an IEEE division (``__fdiv_rn``) and a separate
+multiply: the operations torch's CUDA kernels perform for ``g / (1 + torch.exp(-g)) * u``,
+so ``reference`` on a CUDA tensor reproduces the kernel bit for bit (``T.exp`` would emit the
+approximate ``__expf``). The exact silu costs ~20 of the kernel's ~28 SASS instructions per
+element (sm_90a): still memory-bound at 6 bytes per element on A100/H100/H200 (a B200's
+bandwidth would need a fast-math silu, as swiglu_per_token_cast_fp8 uses).
+
+Memory-bound (one read of x, one write of y). A block of 128 threads owns ``ROWS`` rows x one
+column tile of ``128 * vec`` outputs (``vec`` = elements per 16-byte vector: 8 for bf16/fp16,
+4 for fp32); each thread loads ``ROWS`` 16-byte vectors of the gate and ``ROWS`` of the up
+half (all loads issued before any math), computes in registers and stores ``ROWS`` 16-byte
+vectors. The grid is ``ceil(H / tile) x ceil(M / ROWS)`` blocks: 57k blocks at
+M=32768, H=7168 (plenty for 132 SMs), and still ``>= 2 * ceil(H / tile)`` blocks at M=8.
+
+* Static H (``{"H": 2048}`` ...): constant strides; no column predicate when the tile
+  divides H.
+* Generic (``{}``, M and H dynamic): a runtime branch picks 16-byte vector access when
+  ``H % vec == 0`` (rows of x and y then start 16-byte aligned) and scalar access otherwise,
+  so any H works.
+
+Loops touching global memory carry ``coalesced_width`` = one 16-byte vector (sm_100a would
+otherwise get 32-byte accesses, see docs/ADDING_AN_OP.md).
+"""
+
+# No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+from ..spec import KernelSpec
+
+DTYPES = ("bfloat16", "float16", "float32")
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+# Specialised intermediate sizes H (y's width; x is 2H wide). 2048 is DeepSeek-V3/R1's MoE
+# expert size (moe_intermediate_size), 4096 and 7168 the project's common sizes (and what the
+# other ops specialise). Other sizes (1408, 1536, 18432, ...) take the generic kernel, which
+# differs only by a per-vector column predicate and runtime strides.
+STATIC_H = (2048, 4096, 7168)
+
+THREADS = 128
+ROWS = 4  # rows per block: 2 x ROWS 16-byte loads in flight per thread
+
+
+def factory(arch: str, dtype: str, H: int | None = None):
+    """TileLang prim_func ``(x[M, 2H], y[M, H])``; ``arch`` does not change the code."""
+    if dtype not in DTYPES:
+        raise ValueError(f"swiglu: unsupported dtype {dtype!r}")
+    vec = 16 // ITEMSIZE[dtype]
+    if H is not None and H % vec:
+        raise ValueError(f"swiglu: static H={H} must be a multiple of {vec} for {dtype}")
+    return _kernel(dtype, H)
+
+
+def silu_mul(T, g, u):
+    """fp32 ``g / (1 + expf(-g)) * u``: accurate expf and IEEE division, as torch on CUDA."""
+    return T.ieee_fdiv(g, 1.0 + T.call_extern("float32", "expf", -g)) * u
+
+
+def _kernel(dtype: str, h: int | None):
+    import tilelang.language as T
+
+    vec = 16 // ITEMSIZE[dtype]
+    cols = THREADS * vec  # one 16-byte vector per thread and row
+    M = T.dynamic("M")
+    H = T.dynamic("H") if h is None else h
+    vec_tile = _tile(T, M, H, vec, T.int32(vec), h is None or h % cols != 0)
+    scalar_tile = _tile(T, M, H, vec, None, True)  # same tile, scalar accesses
+
+    @T.prim_func
+    def swiglu(
+        x: T.Tensor((M, 2 * H), dtype),
+        y: T.Tensor((M, H), dtype),
+    ):
+        with T.Kernel(T.ceildiv(H, cols), T.ceildiv(M, ROWS), threads=THREADS) as (bc, bm):
+            if h is not None:
+                vec_tile(x, y, bc, bm)
+            elif H % vec == 0:
+                # Rows of x and y start 16-byte aligned: tell the vectoriser.
+                T.assume(H % vec == 0)
+                vec_tile(x, y, bc, bm)
+            else:
+                scalar_tile(x, y, bc, bm)
+
+    return swiglu
+
+
+def _tile(T, M, H, vec: int, width, col_check: bool):
+    """Macro computing a ROWS x (THREADS * vec) tile of y.
+
+    Loops run over (row, vector, element): a column predicate on the vector index alone is
+    what lets TileLang vectorise under a runtime H (on the flat column it falls back to
+    scalar access). ``width`` (IntImm, or None for scalar access) is bound here, since a
+    macro argument would reach the loop as a non-constant.
+    """
+    cols = THREADS * vec
+
+    def inside(bm, bc, r, v, e):
+        ok = bm * ROWS + r < M
+        if col_check:
+            last = e if width is None else vec - 1  # vector path: H % vec == 0
+            ok = ok & (bc * cols + v * vec + last < H)
+        return ok
+
+    @T.macro
+    def tile(x, y, bc, bm):
+        g = T.alloc_fragment((ROWS, THREADS, vec), "float32")
+        u = T.alloc_fragment((ROWS, THREADS, vec), "float32")
+        # Two load loops: with both loads in one loop TileLang 0.1.15 halves the vector width.
+        for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
+            g[r, v, e] = T.if_then_else(
+                inside(bm, bc, r, v, e), x[bm * ROWS + r, bc * cols + v * vec + e], 0
+            )
+        for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
+            u[r, v, e] = T.if_then_else(
+                inside(bm, bc, r, v, e), x[bm * ROWS + r, H + bc * cols + v * vec + e], 0
+            )
+        for r, v, e in T.Parallel(ROWS, THREADS, vec):
+            g[r, v, e] = silu_mul(T, g[r, v, e], u[r, v, e])
+        for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
+            if inside(bm, bc, r, v, e):
+                y[bm * ROWS + r, bc * cols + v * vec + e] = g[r, v, e]
+
+    return tile
+
+
+def reference(x):
+    """torch reference: fp32 math in the kernel's operation order, result in x's dtype.
+
+    On a CUDA tensor it performs the kernel's operations (``torch.exp`` is libdevice ``expf``,
+    tensor division is IEEE), so it matches the kernel bit for bit; on the CPU ``exp`` may
+    differ by an ulp.
+    """
+    import torch
+
+    h = x.shape[-1] // 2
+    g = x[..., :h].float()
+    u = x[..., h:].float()
+    one = torch.ones((), dtype=torch.float32, device=x.device)
+    return (g / (one + torch.exp(-g)) * u).to(x.dtype)
+
+
+SPEC = KernelSpec(
+    op="swiglu",
+    factory=factory,
+    keys=tuple({"dtype": d} for d in DTYPES),
+    specs=({}, *({"H": h} for h in STATIC_H)),
+    reference=reference,
+    doc="y = silu(x[:, :H]) * x[:, H:] (fp32 math); x[M, 2H] -> y[M, H].",
+)
