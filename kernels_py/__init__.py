@@ -16,6 +16,9 @@ OP_MODULES = (
     "kernels_py.moe.topk_gate",
     "kernels_py.act.swiglu",
     "kernels_py.act.swiglu_per_token_cast_fp8",
+    "kernels_py.layout.transpose",
+    "kernels_py.mhc.sinkhorn_normalize",
+    "kernels_py.mhc.sinkhorn_normalize_backward",
 )
 
 

@@ -20,9 +20,12 @@ from ._info import info
 from .gemm import gemm
 from .per_token_cast_fp8 import per_token_cast_fp8
 from .rms_norm import rms_norm
+from .sinkhorn_normalize import sinkhorn_normalize
+from .sinkhorn_normalize_backward import sinkhorn_normalize_backward
 from .swiglu import swiglu
 from .swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from .topk_gate import topk_gate
+from .transpose import transpose
 
 if TYPE_CHECKING:
     from ._C import DriverError as DriverError
@@ -35,9 +38,12 @@ __all__ = [
     "info",
     "per_token_cast_fp8",
     "rms_norm",
+    "sinkhorn_normalize",
+    "sinkhorn_normalize_backward",
     "swiglu",
     "swiglu_per_token_cast_fp8",
     "topk_gate",
+    "transpose",
 ]
 
 # Names served by __getattr__: the native module's exceptions, and the version (importlib's

@@ -1,0 +1,1 @@
+"""Data-layout kernels: transposes."""

@@ -1,0 +1,1 @@
+"""Manifold hyper-connection (mHC) kernels: Sinkhorn normalisation of the mixing matrices."""
