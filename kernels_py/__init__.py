@@ -19,6 +19,8 @@ OP_MODULES = (
     "kernels_py.layout.transpose",
     "kernels_py.mhc.sinkhorn_normalize",
     "kernels_py.mhc.sinkhorn_normalize_backward",
+    "kernels_py.quant.per_block_cast_fp8",
+    "kernels_py.quant.cast_back_fp8",
 )
 
 

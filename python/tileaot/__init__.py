@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._info import info
+from .cast_back import cast_back
 from .gemm import gemm
+from .per_block_cast_fp8 import per_block_cast_fp8
 from .per_token_cast_fp8 import per_token_cast_fp8
 from .rms_norm import rms_norm
 from .sinkhorn_normalize import sinkhorn_normalize
@@ -34,8 +36,10 @@ if TYPE_CHECKING:
 # The exceptions (and __version__) are left out on purpose: `from tileaot import *` must work
 # without `_C` and stay fast.
 __all__ = [
+    "cast_back",
     "gemm",
     "info",
+    "per_block_cast_fp8",
     "per_token_cast_fp8",
     "rms_norm",
     "sinkhorn_normalize",

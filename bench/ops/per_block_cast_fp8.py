@@ -1,0 +1,26 @@
+"""Benchmark cases for per_block_cast_fp8.
+
+CASES = [(label, size, make)]; make() → (tileaot fn, torch fn, bytes moved or None, flops
+or None).
+"""
+
+from __future__ import annotations
+
+import tileaot
+import torch
+
+from kernels_py.quant.per_block_cast_fp8 import reference
+
+
+def _case(m: int, n: int):
+    x = torch.randn(m, n, device="cuda").bfloat16()
+    q = torch.empty(m, n, dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty(-(-m // 128), -(-n // 128), device="cuda")
+    nbytes = x.numel() * 2 + q.numel() + s.numel() * 4
+    return (lambda: tileaot.per_block_cast_fp8(x, out=(q, s))), (lambda: reference(x)), nbytes, None
+
+
+CASES = [
+    ("per_block_cast_fp8 bf16", "32768x7168", lambda: _case(32768, 7168)),
+    ("per_block_cast_fp8 bf16", "128x4096", lambda: _case(128, 4096)),
+]

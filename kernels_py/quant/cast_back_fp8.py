@@ -1,0 +1,165 @@
+"""Dequantise FP8 e4m3 with fp32 scales: ``x = float(q) * scale`` (op "cast_back_fp8").
+
+Exact: e4m3 -> fp32 is exact, the product is one IEEE fp32 multiply (nothing to contract),
+and the result is rounded once to the output dtype (bf16: round to nearest even; fp32: as
+is). ``reference`` reproduces it bit for bit. Scale layouts, the ones the casts produce:
+
+* ``g128``     scale ``[M, N / 128]``: one per row and 128-column group (``N % 128 == 0``);
+* ``token``    scale ``[M, 1]``: one per row, any N;
+* ``block128`` scale ``[ceil(M / 128), ceil(N / 128)]``: one per 128x128 block, any M, N.
+
+Kernel (the same for every layout but the scale index): a CTA of 256 threads owns 64 rows x
+128 columns (one column group; inside one 128-row block). Thread ``t`` moves one vector of
+``16 / sizeof(out)`` elements per row step (8 e4m3 -> 8 bf16, or 4 -> 4 fp32), so each
+store is 16 bytes and a warp's loads and stores cover whole contiguous row segments. All of
+a thread's fp8 loads (and scales) are issued before the first use, then converted,
+multiplied and stored: memory-bound, one read of q, one write of x, the scales from L1.
+A runtime branch takes the vector path when ``N`` is a multiple of the vector (rows stay
+aligned), element-wise access otherwise (``token``/``block128`` with odd N).
+Grid: (column groups, row tiles) = ``(ceil(N/128), ceil(M/64))``; the wrapper splits a call
+of more than 65535 row tiles into several launches.
+"""
+
+# No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+
+from ..spec import KernelSpec
+
+OUT_DTYPES = ("bfloat16", "float32")
+LAYOUTS = ("g128", "token", "block128")
+FP8 = "float8_e4m3fn"
+OUT_ITEMSIZE = {"bfloat16": 2, "float32": 4}
+GROUP = 128  # g128 group width; block128 block side; the CTA's column span
+THREADS = 256
+TILE_ROWS = 64  # rows per CTA: divides 128, so a CTA sits inside one 128-row block
+# CTAs per SM the register budget must allow (__launch_bounds__): the default lets nvcc take
+# 84 registers here, 3 CTAs per SM; 8 CTAs (2048 threads, 32 registers) keep 64 KB of loads
+# in flight per SM.
+MIN_BLOCKS = 5
+MAX_ROW_TILES = 65535  # gridDim.y limit: the wrapper launches at most this many row tiles
+
+
+def factory(arch: str, out: str, layout: str):
+    """TileLang prim_func ``(q[M, N] e4m3fn, scale[...] fp32, x[M, N] out)``.
+
+    ``scale`` is ``[M, N // 128]`` (g128), ``[M, 1]`` (token) or ``[ceil(M/128),
+    ceil(N/128)]`` (block128); ``arch`` does not change the code.
+    """
+    if out not in OUT_DTYPES or layout not in LAYOUTS:
+        raise ValueError(f"cast_back_fp8: unsupported key {out!r}, {layout!r}")
+    import tilelang.language as T
+
+    vec = 16 // OUT_ITEMSIZE[out]  # elements per 16-byte output vector
+    M = T.dynamic("M")
+    N = T.dynamic("N")
+    scale_shape = {
+        "g128": (M, N // GROUP),
+        "token": (M, 1),
+        "block128": (T.ceildiv(M, GROUP), T.ceildiv(N, GROUP)),
+    }[layout]
+    vec_tile = _tile_macro(T, out, layout, M, N, vec, aligned=True)
+    scalar_tile = _tile_macro(T, out, layout, M, N, vec, aligned=False)
+
+    @T.prim_func
+    def cast_back_fp8(
+        q: T.Tensor((M, N), FP8),
+        scale: T.Tensor(scale_shape, "float32"),
+        x: T.Tensor((M, N), out),
+    ):
+        with T.Kernel(T.ceildiv(N, GROUP), T.ceildiv(M, TILE_ROWS), threads=THREADS) as (bn, bm):
+            T.annotate_min_blocks_per_sm(MIN_BLOCKS)
+            if layout == "g128":
+                T.assume(N % GROUP == 0)  # the constraint: rows 128-byte aligned
+                vec_tile(q, scale, x, bm, bn)
+            elif N % vec == 0:
+                T.assume(N % vec == 0)  # rows start 16-byte aligned: vector access
+                vec_tile(q, scale, x, bm, bn)
+            else:
+                scalar_tile(q, scale, x, bm, bn)
+
+    return cast_back_fp8
+
+
+def _tile_macro(T, out: str, layout: str, M, N, vec: int, aligned: bool):
+    """Macro dequantising rows [bm*64, bm*64+64) x columns [bn*128, bn*128+128)."""
+    per_row = GROUP // vec  # threads per row
+    rows_step = THREADS // per_row
+    steps = TILE_ROWS // rows_step  # vectors per thread
+
+    def scale_at(scale, row, bm, bn):
+        if layout == "g128":
+            return scale[row, bn]
+        if layout == "token":
+            return scale[row, 0]
+        return scale[bm * TILE_ROWS // GROUP, bn]
+
+    @T.macro
+    def dequantise_tile(q, scale, x, bm, bn):
+        tx = T.get_thread_binding()
+        buf = T.alloc_local((steps * vec,), FP8)
+        s = T.alloc_local((steps,), "float32")
+        xf = T.alloc_local((vec,), "float32")
+        col = bn * GROUP + (tx % per_row) * vec
+        row0 = bm * TILE_ROWS + tx // per_row
+        if aligned:
+            # Issue every load of this thread first: steps fp8 vectors and their scales.
+            for i in T.unroll(steps):
+                row = row0 + i * rows_step
+                if (row < M) & (col < N):
+                    for v in T.vectorized(vec):
+                        buf[i * vec + v] = q[row, col + v]
+                if row < M:
+                    s[i] = scale_at(scale, row, bm, bn)
+            for i in T.unroll(steps):
+                row = row0 + i * rows_step
+                # e4m3 -> fp32 in pairs (exact), one fp32 multiply, vectorised cast + store.
+                for v in T.vectorized(vec):
+                    xf[v] = T.cast(buf[i * vec + v], "float32")
+                for v in T.unroll(vec):
+                    xf[v] = T.ieee_mul(xf[v], s[i])  # __fmul_rn: never contracted
+                if (row < M) & (col < N):
+                    for v in T.vectorized(vec):
+                        x[row, col + v] = xf[v]
+        else:
+            # Rows not aligned (odd N): element by element, one row step at a time.
+            for i in T.unroll(steps):
+                row = row0 + i * rows_step
+                if row < M:
+                    s[i] = scale_at(scale, row, bm, bn)
+                    for v in T.unroll(vec):
+                        if col + v < N:
+                            x[row, col + v] = T.ieee_mul(T.cast(q[row, col + v], "float32"), s[i])
+
+    return dequantise_tile
+
+
+def expand_scale(scale, m: int, n: int, layout: str):
+    """The ``[M, N]`` fp32 scale of every element (torch), for a scale of ``layout``."""
+    if layout == "token":
+        return scale.reshape(m, 1).expand(m, n)
+    if layout == "g128":
+        return scale.repeat_interleave(GROUP, dim=1)
+    return scale.repeat_interleave(GROUP, dim=0).repeat_interleave(GROUP, dim=1)[:m, :n]
+
+
+def reference(q, scale, layout: str, out_dtype=None):
+    """torch reference, exact: ``(q.float() * scale broadcast).to(out_dtype)`` (bf16 default)."""
+    import torch
+
+    m, n = q.shape
+    x = q.float() * expand_scale(scale.float(), m, n, layout)
+    return x.to(torch.bfloat16 if out_dtype is None else out_dtype)
+
+
+def _constraints(key, spec) -> dict[str, int]:
+    return {"N": GROUP} if key["layout"] == "g128" else {}
+
+
+SPEC = KernelSpec(
+    op="cast_back_fp8",
+    factory=factory,
+    keys=tuple({"out": o, "layout": lay} for o in OUT_DTYPES for lay in LAYOUTS),
+    specs=({},),
+    reference=reference,
+    constraints=_constraints,
+    doc="x = float(q) * scale (e4m3 -> bf16/fp32); per-128-group, per-token or 128x128 scales.",
+)

@@ -1,0 +1,197 @@
+"""Per-block cast to FP8 e4m3 (OCP e4m3fn, max 448): one fp32 scale per 128x128 block.
+
+For each block of 128 rows x 128 columns (partial blocks at the bottom/right edges)::
+
+    amax  = max(max |x|, 1e-4)          # the floor keeps all-zero blocks finite
+    scale = amax / 448
+    q     = e4m3(clamp(x / scale, -448, 448))   # round to nearest even, saturating
+
+The same math as ``per_token_cast_fp8``, bit for bit: fp32, IEEE division for the scale, and
+``x / scale`` correctly rounded (see below). ``scale`` is ``[ceil(M/128), ceil(N/128)]``.
+
+Kernel: one CTA (256 threads) per 128x128 block, SIMT-style so the code is what we write.
+Thread ``t`` owns one 16-byte column vector (8 bf16/fp16 or 4 fp32) of every 16th (8th for
+fp32) row of the block: 8 (16) independent 16-byte loads in flight per thread, kept in the
+input dtype (64 elements in 32 registers for 16-bit inputs). Then a per-thread |x| max, a warp
+shuffle max and 8 partial maxima through shared memory; the quantised block is written from
+registers (8- or 4-byte fp8 stores, a warp writes whole 128-byte row segments). x is read once
+and q written once. ``__launch_bounds__(256, 3)`` (2 for fp32) caps registers at 80 (128) so
+3 (2) CTAs, 96 (128) KB of loads, are in flight per SM. Grid: ``(ceil(N/128), ceil(M/128))``
+(column blocks fastest; no integer division in the kernel); gridDim.y stops at 65535, so the
+wrapper splits calls of more than 65535 row blocks (M > 8,388,480) into several launches.
+A runtime branch takes the vector path when N is a multiple of the vector (rows stay 16-byte
+aligned) and element-wise access otherwise; static N ({2048, 4096, 7168}) only the former.
+
+Division: ``x / scale`` in IEEE fp32 for every element costs ~10 instructions (MUFU rcp,
+Newton steps, a range check and a branch) and keeps the kernel from streaming. The scale is
+the same for the whole block, so with ``r = RN(1/scale)`` (computed once)::
+
+    y0 = RN(x * r);  y1 = fma(fma(-scale, y0, x), r, y0);  y = fma(fma(-scale, y1, x), r, y1)
+
+y1 is within one ulp of x/scale, so the second residual is exact and, r being the correctly
+rounded reciprocal, ``y == RN(x / scale)`` (Markstein's theorem; no overflow: |x/scale| <=
+448(1+2^-23)). Only quotients below 2^-100 (subnormal residuals) may differ, and those are
+±0 in e4m3 either way: ``copysign(y, x)`` keeps the sign of zero. The CPU tests emulate this
+sequence exactly and compare it with IEEE division on every bf16/fp16 value.
+
+Non-finite x: a NaN element becomes NaN in q (the |x| max ignores it); a block holding ±Inf
+gets an Inf scale and NaN q. The reference (torch) differs there; finite inputs are exact.
+"""
+
+# No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+
+from ..spec import KernelSpec
+
+DTYPES = ("bfloat16", "float16", "float32")
+FP8 = "float8_e4m3fn"  # OCP e4m3fn (torch.float8_e4m3fn)
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+FP8_MAX = 448.0
+AMAX_FLOOR = 1e-4
+BLOCK = 128  # scale block: BLOCK x BLOCK elements
+THREADS = 256  # power of two; 8 warps
+STATIC_N = (2048, 4096, 7168)
+# CTAs per SM the register budget must allow (__launch_bounds__): without it nvcc spends up to
+# 140 registers on ILP and one CTA (32 KB of loads) per SM is all that fits; 4 would spill.
+MIN_BLOCKS = {"bfloat16": 3, "float16": 3, "float32": 2}
+
+
+def factory(arch: str, dtype: str, N: int | None = None):
+    """TileLang prim_func ``(x[M, N], q[M, N] e4m3fn, scale[ceil(M/128), ceil(N/128)] fp32)``.
+
+    ``arch`` does not change the code.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"per_block_cast_fp8: unsupported dtype {dtype!r}")
+    import tilelang.language as T
+
+    vec = 16 // ITEMSIZE[dtype]  # elements per 16-byte vector
+    M = T.dynamic("M")
+    n_dim = T.dynamic("N") if N is None else N
+    vec_block = _block_macro(T, dtype, M, n_dim, vec, aligned=True)
+    scalar_block = _block_macro(T, dtype, M, n_dim, vec, aligned=False)
+
+    @T.prim_func
+    def per_block_cast_fp8(
+        x: T.Tensor((M, n_dim), dtype),
+        q: T.Tensor((M, n_dim), FP8),
+        scale: T.Tensor((T.ceildiv(M, BLOCK), T.ceildiv(n_dim, BLOCK)), "float32"),
+    ):
+        with T.Kernel(T.ceildiv(n_dim, BLOCK), T.ceildiv(M, BLOCK), threads=THREADS) as (bn, bm):
+            T.annotate_min_blocks_per_sm(MIN_BLOCKS[dtype])
+            if N is not None:
+                vec_block(x, q, scale, bm, bn)
+            elif n_dim % vec == 0:
+                # Rows start 16-byte aligned (the base pointer is): 16-byte vector access.
+                T.assume(n_dim % vec == 0)
+                vec_block(x, q, scale, bm, bn)
+            else:
+                scalar_block(x, q, scale, bm, bn)
+
+    return per_block_cast_fp8
+
+
+def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
+    """Macro quantising the 128x128 block (bm, bn).
+
+    ``aligned``: N % vec == 0, so a thread's vector is wholly inside or outside the matrix and
+    is moved as one 16-byte access; otherwise element by element with a bound check each.
+    """
+    per_row = BLOCK // vec  # threads per row
+    rows_step = THREADS // per_row  # rows per step
+    steps = BLOCK // rows_step  # vectors per thread
+    warps = THREADS // 32
+    zero = T.cast(0, dtype)
+
+    @T.macro
+    def quantise_block(x, q, scale, bm, bn):
+        tx = T.get_thread_binding()
+        buf = T.alloc_local((steps * vec,), dtype)
+        yq = T.alloc_local((vec,), "float32")
+        q8 = T.alloc_local((vec,), FP8)
+        partial = T.alloc_shared((warps,), "float32")
+        amax = T.alloc_var("float32")
+        s = T.alloc_var("float32")
+        r = T.alloc_var("float32")
+        col = bn * BLOCK + (tx % per_row) * vec
+        row0 = bm * BLOCK + tx // per_row
+        # Load: every vector of this thread before any use (steps loads in flight).
+        for i in T.unroll(steps):
+            if aligned:
+                if (row0 + i * rows_step < M) & (col < N):
+                    for v in T.vectorized(vec):
+                        buf[i * vec + v] = x[row0 + i * rows_step, col + v]
+                else:
+                    for v in T.vectorized(vec):
+                        buf[i * vec + v] = zero
+            else:
+                for v in T.unroll(vec):
+                    buf[i * vec + v] = T.if_then_else(
+                        (row0 + i * rows_step < M) & (col + v < N),
+                        x[row0 + i * rows_step, col + v],
+                        zero,
+                    )
+        # amax of the block: thread, warp (shuffles), then the 8 warps through shared memory.
+        amax = T.float32(0)
+        for k in T.unroll(steps * vec):
+            amax = T.max(amax, T.abs(T.cast(buf[k], "float32")))
+        amax = T.warp_reduce_max(amax)
+        if tx % 32 == 0:
+            partial[tx // 32] = amax
+        T.sync_threads()
+        for w in T.unroll(warps):
+            amax = T.max(amax, partial[w])
+        s = T.ieee_fdiv(T.max(amax, AMAX_FLOOR), FP8_MAX)
+        if tx == 0:
+            scale[bm, bn] = s
+        r = T.ieee_frcp(s)
+        # Quantise from registers: y = RN(x / s) by two exact-residual corrections (docstring).
+        for i in T.unroll(steps):
+            for v in T.unroll(vec):
+                xf = T.cast(buf[i * vec + v], "float32")
+                y0 = T.ieee_mul(xf, r)
+                y1 = T.ieee_fmaf(T.ieee_fmaf(-s, y0, xf), r, y0)
+                yq[v] = T.copysign(T.ieee_fmaf(T.ieee_fmaf(-s, y1, xf), r, y1), xf)
+            # fp32 -> e4m3 in pairs (__nv_cvt_float2_to_fp8x2, RN, satfinite): a vectorised
+            # cast; a scalar one would go through cutlass's own conversion.
+            for v in T.vectorized(vec):
+                q8[v] = yq[v]
+            if aligned:
+                if (row0 + i * rows_step < M) & (col < N):
+                    for v in T.vectorized(vec):
+                        q[row0 + i * rows_step, col + v] = q8[v]
+            else:
+                for v in T.unroll(vec):
+                    if (row0 + i * rows_step < M) & (col + v < N):
+                        q[row0 + i * rows_step, col + v] = q8[v]
+
+    return quantise_block
+
+
+def reference(x):
+    """torch reference, bit-exact for finite x: ``(q [M, N] e4m3fn, scale [ceil(M/128),
+    ceil(N/128)] float32)``."""
+    import torch
+    import torch.nn.functional as F
+
+    m, n = x.shape
+    bm, bn = -(-m // BLOCK), -(-n // BLOCK)
+    xf = x.float()
+    # |x| max over 128 rows, then over 128 columns; zero padding changes no max.
+    rows = F.pad(xf.abs(), (0, 0, 0, bm * BLOCK - m)).view(bm, BLOCK, n).amax(dim=1)
+    amax = F.pad(rows, (0, bn * BLOCK - n)).view(bm, bn, BLOCK).amax(dim=2)
+    # A tensor divisor on purpose: torch turns division by a Python scalar into multiplication
+    # by its reciprocal on CUDA, which is off by one ulp for some amax; the kernel divides.
+    scale = amax.clamp(min=AMAX_FLOOR) / torch.full_like(amax, FP8_MAX)
+    s = scale.repeat_interleave(BLOCK, 0)[:m].repeat_interleave(BLOCK, 1)[:, :n]
+    q = (xf / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+SPEC = KernelSpec(
+    op="per_block_cast_fp8",
+    factory=factory,
+    keys=tuple({"dtype": d} for d in DTYPES),
+    specs=({}, *({"N": n} for n in STATIC_N)),
+    reference=reference,
+    doc="q, scale = e4m3fn(x / scale), max|x|/448 per 128x128 block; x[M, N] any M, N.",
+)

@@ -1,0 +1,213 @@
+"""Dequantisation of the casts' outputs: ``x = float(q) * scale`` (FP8 op "cast_back_fp8";
+packed FP4 goes to `tileaot._cast_back_fp4`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _lib, _validate
+
+if TYPE_CHECKING:
+    import torch
+
+_OP = "cast_back_fp8"
+GROUP = 128  # g128 group width and block128 block side
+LAYOUTS = ("g128", "token", "block128")
+# The kernel's CTA owns 64 rows and gridDim.y stops at 65535: taller inputs are cut into
+# launches of at most 65535 * 64 rows, rounded down to a multiple of 128 (whole scale blocks).
+_ROWS_PER_LAUNCH = 65535 * 64 // GROUP * GROUP
+_FP4_MODULE = __name__.rpartition(".")[0] + "._cast_back_fp4"
+_OUT_SHORT: dict[Any, str] = {}  # torch.dtype -> key name, filled on first call
+_KEYS = {(o, lay): f"{o},{lay}" for o in ("bf16", "fp32") for lay in LAYOUTS}
+
+
+def cast_back(
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    layout: str | None = None,
+    group_size: int | None = None,
+    out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Dequantise FP8 (or packed FP4) values: ``x = float(q) * scale``, scale broadcast.
+
+    The inverse of `per_token_cast_fp8` (``group_size=128`` or per token) and
+    `per_block_cast_fp8`. For FP8 `q` each element is one float32 multiply of the exact E4M3
+    value by its scale, rounded once to `out_dtype` (round to nearest even): the result is
+    exact, bit for bit, against ``(q.float() * scale_broadcast).to(out_dtype)``.
+
+    The scale layout of FP8 `q` ``[M, N]`` follows from ``scale.shape`` (or `layout`):
+
+    * ``"g128"``: ``[M, N // 128]``, one scale per row and 128 columns (``N % 128 == 0``);
+    * ``"token"``: ``[M, 1]``, one scale per row;
+    * ``"block128"``: ``[ceil(M / 128), ceil(N / 128)]``, one per 128x128 block.
+
+    A shape that fits several layouts (``M == 1``, or ``N <= 128``) means the same scale for
+    every element under each of them, so which one is taken (the first in the order above)
+    does not change the result.
+
+    Args:
+        q: CUDA tensor ``[M, N]``, ``torch.float8_e4m3fn``; or ``torch.uint8`` packed FP4
+            (E2M1 pairs) as `per_token_cast_fp4` writes, handed to its own kernel with
+            `group_size`, `out_dtype` and `out` (see `tileaot._cast_back_fp4`). Contiguous,
+            16-byte aligned. The fast path needs ``N % 8 == 0`` (``N % 4 == 0`` for float32
+            output); other N work, slower.
+        scale: CUDA tensor ``torch.float32`` of one of the shapes above (FP8), on the device
+            of `q`, contiguous, 16-byte aligned.
+        layout: ``None`` (infer from ``scale.shape``), ``"g128"``, ``"token"`` or
+            ``"block128"``; if given, ``scale.shape`` must be that layout's.
+        group_size: FP8: ``None``, ``128`` (the ``g128`` or ``block128`` layout) or ``N``
+            (``token``); it only narrows the inference. FP4: the group size, as
+            `per_token_cast_fp4` took it.
+        out_dtype: ``torch.bfloat16`` (``None``, the default) or ``torch.float32``.
+        out: optional tensor to write into instead of allocating: ``[M, N]`` of `out_dtype`
+            on the device of `q`, contiguous, 16-byte aligned, not overlapping `q` or `scale`.
+
+    Returns:
+        `x` ``[M, N]`` of `out_dtype` (`out` itself if given). If `q` has no elements nothing
+        is launched.
+
+    Raises:
+        TypeError: `q`/`scale`/`out` is not a tensor or has a wrong dtype; `out_dtype` is not
+            ``torch.bfloat16`` / ``torch.float32``; `layout` is not a string; `group_size` is
+            not an int or None.
+        ValueError: `q` or `scale` is not 2-D; `scale.shape` fits no layout (or not the one
+            given); `layout`/`group_size` is unknown; a tensor is not on a CUDA device (the
+            same one), not contiguous or not 16-byte aligned; a dimension or element count
+            reaches 2**31; `out` has a wrong shape or overlaps.
+        NotImplementedError: `q` is packed FP4 but this build has no FP4 dequantisation.
+        ImportError: the native module is not built (a source checkout).
+        tileaot.VariantMissError: this wheel has no variant for the key, shape or GPU.
+        tileaot.DriverError: the CUDA driver is missing or a driver call failed.
+
+    The kernel is enqueued on torch's current stream of `q`'s device (as torch ops are); the
+    call returns without synchronising.
+
+    Example:
+        >>> import torch, tileaot
+        >>> x = torch.randn(4096, 7168, dtype=torch.bfloat16, device="cuda")
+        >>> q, s = tileaot.per_token_cast_fp8(x)  # s: [4096, 56]
+        >>> x_hat = tileaot.cast_back(q, s)  # bf16 [4096, 7168], layout g128
+        >>> qb, sb = tileaot.per_block_cast_fp8(x)  # sb: [32, 56]
+        >>> xb = tileaot.cast_back(qb, sb, out_dtype=torch.float32)  # layout block128
+    """
+    import torch
+
+    _validate.require_tensor("q", q)
+    if out_dtype is None:
+        out_dtype = torch.bfloat16
+    if q.dtype is torch.uint8:
+        return _fp4(q, scale, layout, group_size, out_dtype, out)
+    if q.dtype is not torch.float8_e4m3fn:
+        raise TypeError(
+            f"q has dtype {q.dtype}; supported: torch.float8_e4m3fn, torch.uint8 (packed FP4)"
+        )
+    _validate.require_tensor("scale", scale)
+    if scale.dtype is not torch.float32:
+        raise TypeError(f"scale has dtype {scale.dtype}; FP8 q takes torch.float32 scales")
+    if not _OUT_SHORT:
+        _OUT_SHORT.update({torch.bfloat16: "bf16", torch.float32: "fp32"})
+    out_key = _OUT_SHORT.get(out_dtype) if isinstance(out_dtype, torch.dtype) else None
+    if out_key is None:
+        raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float32; got {out_dtype!r}")
+    if q.dim() != 2 or scale.dim() != 2:
+        raise ValueError(
+            f"q must be 2-D [M, N] and scale 2-D; got q {tuple(q.shape)}, "
+            f"scale {tuple(scale.shape)}"
+        )
+    m, n = q.shape
+    layout = _layout(m, n, tuple(scale.shape), layout, group_size)
+    device = _validate.check_memory(("q", "scale"), (q, scale))
+    if out is None:
+        x = q.new_empty(m, n, dtype=out_dtype)
+    else:
+        _validate.check_out("out", out, out_dtype, (m, n), device)
+        _validate.check_no_overlap(("out",), (out,), ("q", "scale"), (q, scale))
+        x = out
+    if m == 0 or n == 0:
+        return x
+    handle = _lib.handle(_OP, _KEYS[out_key, layout])
+    stream = _lib.current_stream(device)
+    q_ptr, s_ptr, x_ptr = q.data_ptr(), scale.data_ptr(), x.data_ptr()
+    s_rows, s_cols = scale.shape
+    row_bytes = n * x.element_size()
+    for r0 in range(0, m, _ROWS_PER_LAUNCH):  # one launch unless M > 4,194,176
+        rows = min(m - r0, _ROWS_PER_LAUNCH)
+        if layout == "block128":
+            s_first, s_rows = r0 // GROUP, -(-rows // GROUP)
+        else:
+            s_first, s_rows = r0, rows
+        _lib.native().launch(
+            handle,
+            device,
+            stream,
+            (q_ptr + r0 * n, s_ptr + s_first * s_cols * 4, x_ptr + r0 * row_bytes),
+            (rows, n, s_rows, s_cols, rows, n),
+            (),
+        )
+    return x
+
+
+def _layout(m: int, n: int, shape: tuple[int, ...], layout: Any, group_size: Any) -> str:
+    """The FP8 scale layout: the one given (checked against `shape`) or the first that fits."""
+    expected = {
+        "g128": (m, n // GROUP) if n % GROUP == 0 else None,
+        "token": (m, 1),
+        "block128": (-(-m // GROUP), -(-n // GROUP)),
+    }
+    if group_size is not None:
+        group_size = _validate.optional_int("group_size", group_size)
+        if group_size == GROUP:
+            candidates = ("g128", "block128") if n != GROUP else LAYOUTS
+        elif group_size == n:
+            candidates = ("token",)
+        else:
+            raise ValueError(
+                f"group_size={group_size} is not supported for FP8 q: use None, {GROUP} "
+                f"(g128 / block128 scales) or N = {n} (per token)"
+            )
+    else:
+        candidates = LAYOUTS
+    if layout is not None:
+        if not isinstance(layout, str):
+            raise TypeError(f"layout must be a str or None, got {type(layout).__name__}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout={layout!r} is unknown; supported: {', '.join(LAYOUTS)}")
+        if layout not in candidates:
+            raise ValueError(f"layout={layout!r} does not match group_size={group_size}")
+        candidates = (layout,)
+    for name in candidates:
+        if expected[name] == shape:
+            return name
+    fits = "; ".join(
+        f"{name}: {list(expected[name])}" if expected[name] else f"{name}: needs N % 128 == 0"
+        for name in candidates
+    )
+    raise ValueError(
+        f"scale has shape {list(shape)}, which fits no scale layout of q [{m}, {n}] "
+        f"(expected {fits})"
+    )
+
+
+def _fp4(q, scale, layout, group_size, out_dtype, out):
+    """Packed FP4 input: the FP4 module's kernel, imported only when used."""
+    if layout is not None:
+        raise ValueError(f"layout={layout!r} applies to FP8 q only; packed FP4 q takes group_size")
+    try:
+        from ._cast_back_fp4 import cast_back_fp4
+    except ModuleNotFoundError as e:
+        if e.name != _FP4_MODULE:
+            raise
+        raise NotImplementedError(
+            "cast_back: q is torch.uint8 (packed FP4), and this build of tileaot has no FP4 "
+            "dequantisation; pass FP8 (torch.float8_e4m3fn) q"
+        ) from None
+    return cast_back_fp4(q, scale, group_size=group_size, out_dtype=out_dtype, out=out)
+
+
+def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
+    """A typical call for `python -m tileaot info`: its description and flat shapes."""
+    layout = key.rpartition(",")[2]
+    scale = {"g128": (4096, 56), "token": (4096, 1), "block128": (32, 56)}[layout]
+    return f"q[4096, 7168], scale {list(scale)}", (4096, 7168, *scale, 4096, 7168)

@@ -1,0 +1,174 @@
+"""GPU tests of per_block_cast_fp8 against kernels_py.quant.per_block_cast_fp8.reference.
+
+Every dtype x variant (N = 2048, 4096, 7168 and generic sizes: tails in both dimensions, N
+not a multiple of the 16-byte vector, 1x1) on random inputs spanning many magnitudes per
+block, with an all-zero block, saturating values, -0.0 and tiny negatives (e4m3 -0), and
+fp16/bf16 subnormals. Outputs are poisoned (0xFF bytes, an e4m3 NaN; NaN scales) before each
+call; q bytes and scales must be bit-exact. Also: NaN/Inf inputs behave as documented, a
+call of more than 65535 row blocks is split correctly, and every per_block_cast_fp8 variant
+built for this GPU was exercised.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+OP = "per_block_cast_fp8"
+SEEN: set[str] = set()
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+SHAPES = [  # (M, N)
+    (1, 2048),
+    (300, 2048),
+    (129, 4096),
+    (37, 7168),
+    (1024, 7168),
+    (1, 1),
+    (5, 7),
+    (130, 257),
+    (200, 1000),
+    (129, 384),
+    (3, 8200),
+    (256, 36),
+]
+
+
+def _reference(x):
+    return importlib.import_module("kernels_py.quant.per_block_cast_fp8").reference(x)
+
+
+def _select(key: str, shapes: list[tuple[int, ...]]) -> str:
+    """Name of the variant the runtime picks for these shapes on device 0."""
+    from tileaot import _lib
+
+    native = _lib.native()
+    flat = tuple(d for s in shapes for d in s)
+    return native.select(native.lookup(OP, key), 0, flat)
+
+
+def _input(m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator(device="cuda").manual_seed(m * 10007 + n)
+    mag = torch.pow(10.0, torch.randint(-4, 4, (m, 1), device="cuda", generator=g).float())
+    x = torch.randn(m, n, device="cuda", generator=g) * mag
+    x[: min(m, 128), : min(n, 128)] = 0  # an all-zero block: floor scale, zero q
+    if m > 128 or n > 128:
+        x[-1, -1] = 6e4 if dtype == torch.float16 else 1e5  # saturates its block
+    x[-1, 0] = -0.0
+    if n > 1:
+        x[-1, 1] = -1e-30 if dtype != torch.float16 else -1e-7  # tiny: e4m3 -0
+    if dtype != torch.float32 and m > 2 and n > 2:
+        x[2, 2] = 1e-40 if dtype == torch.bfloat16 else 3e-8  # subnormal in x's dtype
+    return x.to(dtype)
+
+
+def _run(x: torch.Tensor, key: str) -> tuple[torch.Tensor, torch.Tensor, str]:
+    import tileaot
+
+    m, n = x.shape
+    bm, bn = -(-m // 128), -(-n // 128)
+    q = torch.full((m, n), 0xFF, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+    scale = torch.full((bm, bn), float("nan"), device="cuda")
+    name = _select(key, [(m, n), (m, n), (bm, bn)])
+    SEEN.add(name)
+    got = tileaot.per_block_cast_fp8(x, out=(q, scale))
+    assert got[0] is q and got[1] is scale
+    torch.cuda.synchronize()
+    return q, scale, name
+
+
+@pytest.mark.parametrize("key", DTYPES)
+@pytest.mark.parametrize("m,n", SHAPES)
+def test_per_block_cast_fp8(key, m, n):
+    x = _input(m, n, DTYPES[key])
+    q, scale, name = _run(x, key)
+    q_ref, scale_ref = _reference(x)
+    assert torch.equal(scale, scale_ref), f"{name}: scales differ"
+    mismatch = (q.view(torch.uint8) != q_ref.view(torch.uint8)).sum().item()
+    assert mismatch == 0, f"{name}: {mismatch} fp8 bytes differ"
+
+
+def test_allocating_call_matches_out_call():
+    import tileaot
+
+    x = _input(300, 7168, torch.bfloat16)
+    q, scale = tileaot.per_block_cast_fp8(x)
+    q_ref, scale_ref = _reference(x)
+    assert q.dtype == torch.float8_e4m3fn and scale.shape == (3, 56)
+    assert torch.equal(scale, scale_ref) and torch.equal(
+        q.view(torch.uint8), q_ref.view(torch.uint8)
+    )
+
+
+@pytest.mark.parametrize("m,n", [(300, 7168), (260, 257)])
+def test_non_finite_inputs(m, n):
+    x = _input(m, n, torch.bfloat16)
+    x[200, 200] = float("nan")  # block (1, 1): NaN there, the rest as if it were 0
+    x[10, n - 1] = float("inf")  # the last block of row-block 0: Inf scale, NaN q
+    q, scale, name = _run(x, "bf16")
+    clean = x.clone()
+    clean[200, 200] = 0
+    clean[:128, (n - 1) // 128 * 128 :] = 0
+    q_ref, scale_ref = _reference(clean)
+    nan_q = (q.view(torch.uint8) & 0x7F) == 0x7F
+    assert nan_q[200, 200] and scale[1, 1] == scale_ref[1, 1]
+    assert scale[0, -1] == float("inf") and nan_q[:128, (n - 1) // 128 * 128 :].all()
+    keep = torch.ones_like(nan_q)
+    keep[200, 200] = False
+    keep[:128, (n - 1) // 128 * 128 :] = False
+    assert torch.equal(q.view(torch.uint8)[keep], q_ref.view(torch.uint8)[keep]), name
+    keep_s = torch.ones_like(scale, dtype=torch.bool)
+    keep_s[0, -1] = False
+    assert torch.equal(scale[keep_s], scale_ref[keep_s]), name
+
+
+def test_tall_input_is_split_over_launches():
+    m, n = 65535 * 128 + 200, 2  # 65537 row blocks: two launches
+    x = _input(m, n, torch.bfloat16)
+    q, scale, name = _run(x, "bf16")
+    q_ref, scale_ref = _reference(x)
+    assert torch.equal(scale, scale_ref), name
+    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), name
+
+
+def test_launch_is_ordered_on_the_callers_stream():
+    """x written on a side stream after a long sleep: a launch on any other stream would read
+    the poisoned input."""
+    import tileaot
+
+    src = _input(512, 7168, torch.bfloat16)
+    x = torch.full_like(src, float("nan"))
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        x.copy_(src)
+        q, scale = tileaot.per_block_cast_fp8(x)
+    side.synchronize()
+    q_ref, scale_ref = _reference(src)
+    assert torch.equal(scale, scale_ref) and torch.equal(
+        q.view(torch.uint8), q_ref.view(torch.uint8)
+    )
+
+
+def test_every_per_block_cast_fp8_variant_for_this_gpu_was_exercised():
+    from tileaot import _lib
+
+    native = _lib.native()
+    arch = native.device_arch(0)
+    runnable = {v["name"] for v in native.variants() if v["op"] == OP and _runs_on(v["arch"], arch)}
+    missing = sorted(runnable - SEEN)
+    assert not missing, f"variants never exercised on {arch}: {missing}"
+
+
+def _runs_on(variant_arch: str, device_arch: str) -> bool:
+    def parts(a):
+        d = a[3:].rstrip("a")
+        return int(d[:-1]), int(d[-1]), a.endswith("a")
+
+    vmaj, vmin, vspec = parts(variant_arch)
+    dmaj, dmin, _ = parts(device_arch)
+    return vmaj == dmaj and (vmin == dmin if vspec else vmin <= dmin)

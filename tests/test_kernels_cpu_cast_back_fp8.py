@@ -1,0 +1,167 @@
+"""CPU tests of kernels_py.quant.cast_back_fp8: the torch reference against independent
+float64 math for every scale layout, round trips with the casts' references, the KernelSpec,
+and lowering smoke tests (need tilelang, no GPU)."""
+
+import importlib.util
+import inspect
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernels_py.quant import cast_back_fp8 as cb  # noqa: E402
+from kernels_py.quant import per_block_cast_fp8 as pb  # noqa: E402
+from kernels_py.quant import per_token_cast_fp8 as pt  # noqa: E402
+
+OUT = (torch.bfloat16, torch.float32)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _fp8(m, n):
+    """Random e4m3 values over the whole range, NaN bytes (0x7F, 0xFF) excluded."""
+    b = torch.randint(0, 256, (m, n), dtype=torch.uint8)
+    b[(b & 0x7F) == 0x7F] = 0x42
+    return b.view(torch.float8_e4m3fn)
+
+
+def _scale(layout, m, n):
+    shape = {
+        "g128": (m, n // 128),
+        "token": (m, 1),
+        "block128": (-(-m // 128), -(-n // 128)),
+    }[layout]
+    # scales over a wide range, including ones whose products round in bf16 and fp32
+    return torch.randn(shape) * torch.pow(2.0, torch.randint(-20, 20, shape).float())
+
+
+def _independent(q, scale, layout, out_dtype):
+    """Element by element index arithmetic; float64 products are exact, one float32 rounding."""
+    m, n = q.shape
+    rows = torch.arange(m).unsqueeze(1).expand(m, n)
+    cols = torch.arange(n).unsqueeze(0).expand(m, n)
+    if layout == "g128":
+        s = scale[rows, cols // 128]
+    elif layout == "token":
+        s = scale[rows, torch.zeros_like(cols)]
+    else:
+        s = scale[rows // 128, cols // 128]
+    return (q.double() * s.double()).float().to(out_dtype)
+
+
+@pytest.mark.parametrize("out_dtype", OUT)
+@pytest.mark.parametrize(
+    "layout,m,n",
+    [
+        ("g128", 3, 128),
+        ("g128", 130, 384),
+        ("token", 1, 1),
+        ("token", 37, 1000),
+        ("block128", 1, 7),
+        ("block128", 257, 300),
+    ],
+)
+def test_reference_matches_float64(layout, m, n, out_dtype):
+    q, scale = _fp8(m, n), _scale(layout, m, n)
+    got = cb.reference(q, scale, layout, out_dtype)
+    assert got.dtype == out_dtype and got.shape == (m, n)
+    want = _independent(q, scale, layout, out_dtype)
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))  # bits, -0.0 included
+
+
+def test_reference_default_is_bf16_and_keeps_signed_zero():
+    q = torch.tensor([[0x00, 0x80, 0x01, 0x81]], dtype=torch.uint8).view(torch.float8_e4m3fn)
+    got = cb.reference(q, torch.tensor([[2.0]]), "token")
+    assert got.dtype == torch.bfloat16
+    assert got.float().tolist() == [[0.0, -0.0, 2**-8, -(2**-8)]]
+    assert torch.signbit(got).tolist() == [[False, True, False, True]]
+
+
+@pytest.mark.parametrize("group", [128, None])
+def test_round_trip_per_token_cast(group):
+    x = torch.randn(40, 512) * torch.logspace(-3, 3, 40).unsqueeze(1)
+    q, scale = pt.reference(x, group)
+    back = cb.reference(q, scale, "g128" if group else "token", torch.float32)
+    s = scale.repeat_interleave(128, 1) if group else scale
+    assert ((back - x).abs() <= x.abs() * 2**-4 * 1.001 + s * 2**-10).all()
+
+
+def test_round_trip_per_block_cast():
+    x = torch.randn(300, 200) * 5
+    q, scale = pb.reference(x)
+    back = cb.reference(q, scale, "block128", torch.float32)
+    s = cb.expand_scale(scale, 300, 200, "block128")
+    assert ((back - x).abs() <= x.abs() * 2**-4 * 1.001 + s * 2**-10).all()
+    # dequantising again gives the very same fp8 codes
+    q2, scale2 = pb.reference(back)
+    assert torch.equal(q2.view(torch.uint8), q.view(torch.uint8)) and torch.equal(scale2, scale)
+
+
+# --- spec -----------------------------------------------------------------------------------
+
+
+def test_spec_variants():
+    spec = cb.SPEC
+    names = [spec.variant_name(k, s) for k in spec.keys for s in spec.specs]
+    assert len(names) == len(set(names)) == 6
+    assert "cast_back_fp8_bf16_g128_any" in names and "cast_back_fp8_fp32_block128_any" in names
+    assert [spec.key_string(k) for k in spec.keys] == [
+        "bf16,g128",
+        "bf16,token",
+        "bf16,block128",
+        "fp32,g128",
+        "fp32,token",
+        "fp32,block128",
+    ]
+    params = inspect.signature(spec.factory).parameters
+    for key in spec.keys:
+        assert set(key) <= set(params)
+        assert spec.supports("sm_70", key, {}) and spec.supports("sm_100a", key, {})
+        want = {"N": 128} if key["layout"] == "g128" else {}
+        assert spec.constraints(key, {}) == want
+
+
+def test_factory_rejects_unknown_key():
+    with pytest.raises(ValueError, match="unsupported key"):
+        cb.factory(arch="sm_90a", out="float16", layout="g128")
+    with pytest.raises(ValueError, match="unsupported key"):
+        cb.factory(arch="sm_90a", out="bfloat16", layout="g64")
+
+
+# --- lowering smoke tests -------------------------------------------------------------------
+
+needs_tilelang = pytest.mark.skipif(
+    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
+)
+
+
+def _lower(func, arch, name):
+    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
+    import tilelang
+    from tilelang import tvm
+    from tvm.target import Target
+
+    target = Target({"kind": "cuda", "arch": arch})
+    with tvm.transform.PassContext(opt_level=3), target:
+        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
+
+
+@needs_tilelang
+def test_lower_g128_bf16_vector_path_only():
+    src = _lower(cb.factory(arch="sm_90a", out="bfloat16", layout="g128"), "sm_90a", "cb1")
+    assert "__launch_bounds__(256, 5)" in src
+    assert "*(fp8_e4_8_t*)(buf + " in src  # 8-byte loads of q
+    assert "*(uint4*)(x + " in src  # 16-byte stores of x
+    assert "__tl_cvt_fp8x2_to_float2" in src and "__float22bfloat162_rn" in src
+    assert "__fmul_rn" in src and "N % 8" not in src  # N % 128 == 0: no scalar path
+
+
+@needs_tilelang
+def test_lower_block128_fp32_sm100a_has_vector_and_scalar_paths():
+    src = _lower(cb.factory(arch="sm_100a", out="float32", layout="block128"), "sm_100a", "cb2")
+    assert "if (((N % 4) == 0))" in src or "if ((N % 4) == 0)" in src
+    assert "*(float4*)(x + " in src and "__fmul_rn" in src
