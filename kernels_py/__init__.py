@@ -21,6 +21,8 @@ OP_MODULES = (
     "kernels_py.mhc.sinkhorn_normalize_backward",
     "kernels_py.quant.per_block_cast_fp8",
     "kernels_py.quant.cast_back_fp8",
+    "kernels_py.moe.moe_expand",
+    "kernels_py.moe.moe_reduce",
 )
 
 

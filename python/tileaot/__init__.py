@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from ._info import info
 from .cast_back import cast_back
 from .gemm import gemm
+from .moe_expand import MoeExpandResult, moe_expand
+from .moe_reduce import moe_reduce
 from .per_block_cast_fp8 import per_block_cast_fp8
 from .per_token_cast_fp8 import per_token_cast_fp8
 from .rms_norm import rms_norm
@@ -36,9 +38,12 @@ if TYPE_CHECKING:
 # The exceptions (and __version__) are left out on purpose: `from tileaot import *` must work
 # without `_C` and stay fast.
 __all__ = [
+    "MoeExpandResult",
     "cast_back",
     "gemm",
     "info",
+    "moe_expand",
+    "moe_reduce",
     "per_block_cast_fp8",
     "per_token_cast_fp8",
     "rms_norm",

@@ -1,0 +1,135 @@
+"""GPU tests of moe_reduce: every key (y dtype x out dtype x weighted/sum) on generic odd
+sizes against a float64 reference, within the bound of its arithmetic: one rounding to the
+output dtype (half an ulp: 2^-9 relative for bf16, 2^-24 for fp32) plus float32 accumulation,
+at most K fp32 roundings of partial sums bounded by sum_j |w_j * y_j|.
+
+`out` is poisoned with NaN before each call so an unwritten element fails. token_pos holds
+dropped slots (-1), out-of-range rows (>= P, < -1: skipped, never read) and tokens with no live
+slot (a zero row). y_sorted rows that no slot points at are NaN: reading one fails the test.
+Each test checks which variant served it; the last test checks that the tests together
+exercised every moe_reduce variant built for this GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+SEEN: set[str] = set()
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+HALF_ULP = {"bf16": 2.0**-9, "fp32": 2.0**-24}  # relative rounding of the output
+KEYS = [(y, o, m) for y in DTYPES for o in DTYPES for m in ("weighted", "sum")]
+# (tokens, slots, rows of y_sorted, hidden): 16-byte rows (vector path) and odd H (scalar).
+SHAPES = [
+    (1, 1, 1, 7168),
+    (37, 8, 400, 7168),
+    (129, 6, 1000, 4096),
+    (5, 2, 9, 1000),
+    (3000, 8, 24000, 512),
+    (7, 3, 20, 13),
+    (64, 4, 300, 4100),
+]
+
+
+def _select(key: str, shapes: list[tuple[int, ...]]) -> str:
+    from tileaot import _lib
+
+    native = _lib.native()
+    flat = tuple(d for s in shapes for d in s)
+    return native.select(native.lookup("moe_reduce", key), 0, flat)
+
+
+def _positions(tokens: int, slots: int, rows: int) -> torch.Tensor:
+    pos = torch.randint(0, rows, (tokens, slots), dtype=torch.int32, device="cuda")
+    noise = torch.rand(tokens, slots, device="cuda")
+    pos[noise < 0.15] = -1
+    pos[(noise >= 0.15) & (noise < 0.18)] = rows + 11
+    pos[(noise >= 0.18) & (noise < 0.2)] = -9
+    if tokens > 2:
+        pos[2] = -1  # a token with no live slot
+    return pos
+
+
+def _reference64(y, pos, weights):
+    """(sum, sum of |terms|) in float64 over the live slots."""
+    rows = y.shape[0]
+    live = (pos >= 0) & (pos < rows)
+    gathered = y[pos.long().clamp(0, rows - 1)].double()  # [T, K, H]
+    w = torch.ones_like(pos, dtype=torch.float64) if weights is None else weights.double()
+    terms = torch.where(live[..., None], gathered * w[..., None], 0)
+    return terms.sum(1), terms.abs().sum(1)
+
+
+def _assert_within_bound(name, out, want, magnitude, out_key, slots):
+    err = (out.double() - want).abs()
+    bound = HALF_ULP[out_key] * 1.01 * want.abs() + slots * 2.0**-23 * magnitude + 1e-30
+    bad = ~(err <= bound)  # NaN fails
+    assert not bad.any(), (
+        f"{name}: {int(bad.sum())} elements off, e.g. at {bad.nonzero()[0].tolist()}: "
+        f"got {out[tuple(bad.nonzero()[0])].item()}, want {want[tuple(bad.nonzero()[0])].item()}"
+    )
+
+
+@pytest.mark.parametrize(("y_key", "out_key", "mode"), KEYS)
+@pytest.mark.parametrize(("tokens", "slots", "rows", "h"), SHAPES)
+def test_moe_reduce(y_key, out_key, mode, tokens, slots, rows, h):
+    import tileaot
+
+    pos = _positions(tokens, slots, rows)
+    y = torch.randn(rows, h, device="cuda").to(DTYPES[y_key])
+    read = torch.zeros(rows, dtype=torch.bool, device="cuda")
+    read[pos[(pos >= 0) & (pos < rows)].long()] = True
+    y[~read] = float("nan")  # rows nobody points at must never be read
+    weights = torch.rand(tokens, slots, device="cuda") if mode == "weighted" else None
+    out = torch.full((tokens, h), float("nan"), dtype=DTYPES[out_key], device="cuda")
+    key = f"{y_key},{out_key},{mode}"
+    shapes = [(rows, h), (tokens, slots)] + ([(tokens, slots)] if weights is not None else [])
+    name = _select(key, [*shapes, (tokens, h)])
+    SEEN.add(name)
+    got = tileaot.moe_reduce(y, pos, weights, DTYPES[out_key], out=out)
+    torch.cuda.synchronize()
+    assert got is out
+    want, magnitude = _reference64(y, pos, weights)
+    _assert_within_bound(name, out, want, magnitude, out_key, slots)
+    if tokens > 2:
+        assert torch.equal(out[2].double(), torch.zeros(h, dtype=torch.float64, device="cuda"))
+
+
+def test_moe_reduce_inverts_moe_expand():
+    """expand, identity experts, reduce: out = x * sum of the live weights (fp32 out)."""
+    import tileaot
+
+    x = torch.randn(2048, 7168, device="cuda").bfloat16()
+    probs, idx = torch.randn(2048, 256, device="cuda").softmax(-1).topk(8)
+    idx = idx.int()
+    idx[:, 7] = -1  # one slot dropped everywhere
+    xs, _, pos, _ = tileaot.moe_expand(x, idx, 256, 128)
+    out = tileaot.moe_reduce(xs, pos, probs, torch.float32)
+    want = x.double() * probs[:, :7].double().sum(-1, keepdim=True)
+    _assert_within_bound("round trip", out, want, want.abs(), "fp32", 7)
+
+
+def test_every_moe_reduce_variant_for_this_gpu_was_exercised():
+    from tileaot import _lib
+
+    native = _lib.native()
+    arch = native.device_arch(0)
+    runnable = {
+        v["name"]
+        for v in native.variants()
+        if v["op"] == "moe_reduce" and _runs_on(v["arch"], arch)
+    }
+    missing = sorted(runnable - SEEN)
+    assert not missing, f"variants never exercised on {arch}: {missing}"
+
+
+def _runs_on(variant_arch: str, device_arch: str) -> bool:
+    def parts(a):
+        d = a[3:].rstrip("a")
+        return int(d[:-1]), int(d[-1]), a.endswith("a")
+
+    vmaj, vmin, vspec = parts(variant_arch)
+    dmaj, dmin, _ = parts(device_arch)
+    return vmaj == dmaj and (vmin == dmin if vspec else vmin <= dmin)
