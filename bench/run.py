@@ -75,8 +75,12 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}; device-to-device copy: {ceiling:.0f} GB/s")
     rows = []
     for op, size, make in load_cases():
-        ours, theirs, nbytes, flops = make()
-        t_ours, t_torch = median_us(ours), median_us(theirs)
+        try:
+            ours, theirs, nbytes, flops = make()
+            t_ours, t_torch = median_us(ours), median_us(theirs)
+        except Exception as exc:  # one broken case must not hide the others
+            print(f"{op:30s} {size:16s} FAILED: {type(exc).__name__}: {exc}")
+            continue
         rows.append(
             {
                 "op": op,

@@ -63,14 +63,47 @@ def _trace_job(module: str, op: str, key: dict, specialisation: dict, arch: str)
     return json.loads(json.dumps([sig_data, lowered]))
 
 
-def _trace_all(points: list[VariantPoint], jobs: int, module: str) -> dict:
+def _trace_all(points: list[VariantPoint], jobs: int, module: str, cache: Path) -> dict:
     work = [(p, a) for p in points for a in p.archs]
     args = [[module, p.spec.op, dict(p.key), dict(p.specialisation), a] for p, a in work]
-    if jobs <= 1 or len(args) == 1:
-        results = [_trace_job(*a) for a in args]
-    else:
-        results = _trace_in_subprocesses(args, jobs)
+    keys = [_cache_key(p, job) for (p, _), job in zip(work, args, strict=True)]
+    results = [_cache_get(cache, k) for k in keys]
+    todo = [i for i, r in enumerate(results) if r is None]
+    if todo:
+        todo_args = [args[i] for i in todo]
+        if jobs <= 1 or len(todo) == 1:
+            fresh = [_trace_job(*a) for a in todo_args]
+        else:
+            fresh = _trace_in_subprocesses(todo_args, min(jobs, len(todo)))
+        for i, result in zip(todo, fresh, strict=True):
+            results[i] = result
+            _cache_put(cache, keys[i], result)
+    print(f"tileaot generate: traced {len(todo)}, cached {len(work) - len(todo)}", file=sys.stderr)
     return {(p.name, a): r for (p, a), r in zip(work, results, strict=True)}
+
+
+def _cache_key(point: VariantPoint, job: list) -> str:
+    """Everything a trace depends on: the job, the op's source file, build_tools' tracer and
+    emitter-facing code, and the tilelang version."""
+    import inspect
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode())
+    digest.update(Path(inspect.getfile(point.spec.factory)).read_bytes())
+    for name in ("trace.py", "cexpr.py"):
+        digest.update((Path(__file__).parent / name).read_bytes())
+    digest.update(version("tilelang").encode())
+    return digest.hexdigest()
+
+
+def _cache_get(cache: Path, key: str):
+    path = cache / f"{key}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _cache_put(cache: Path, key: str, result) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    write_if_different(cache / f"{key}.json", json.dumps(result))
 
 
 def _trace_in_subprocesses(args: list, jobs: int) -> list:
@@ -174,7 +207,9 @@ def generate(
     points = enumerate_variants(load_specs(module), archs, ops)
     if not points:
         raise SystemExit(f"no variants match ops={','.join(ops)} archs={','.join(archs)}")
-    traced = _trace_all(points, jobs, module)
+    # Beside the gen folder, not in it: gen folders are carried to GPU machines.
+    cache = Path(os.environ.get("TILEAOT_TRACE_CACHE", out.parent / ".trace-cache"))
+    traced = _trace_all(points, jobs, module, cache)
     units, arch_unit = _compile_units(points, traced)
     ordered = sorted(units, key=lambda u: units[u]["cubin"])
     blob_index = {u: i for i, u in enumerate(ordered)}

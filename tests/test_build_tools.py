@@ -44,7 +44,11 @@ def test_filters():
 
 
 def _generate(out: Path, jobs: int) -> None:
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+        TILEAOT_TRACE_CACHE=f"{out}-trace-cache",  # each run traces for itself
+    )
     cmd = [
         sys.executable,
         "-m",
