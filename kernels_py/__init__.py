@@ -23,6 +23,8 @@ OP_MODULES = (
     "kernels_py.quant.cast_back_fp8",
     "kernels_py.moe.moe_expand",
     "kernels_py.moe.moe_reduce",
+    "kernels_py.engram.engram_gate",
+    "kernels_py.engram.engram_gate_backward",
 )
 
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._info import info
 from .cast_back import cast_back
+from .engram_gate import engram_gate
+from .engram_gate_backward import engram_gate_backward
 from .gemm import gemm
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MoeExpandResult",
     "cast_back",
+    "engram_gate",
+    "engram_gate_backward",
     "gemm",
     "info",
     "moe_expand",

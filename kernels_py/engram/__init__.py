@@ -1,0 +1,1 @@
+"""Engram conditional-memory kernels (DeepSeek Engram): the gated residual and its gradient."""

@@ -1,0 +1,263 @@
+"""Engram gate, forward: a gated residual with one scalar gate per row (DeepSeek Engram).
+
+For each row of h, k, v (``[M, H]``; the Python layer flattens ``[T, G, H]`` to rows)::
+
+    a   = rmsnorm(h) * w_h           rmsnorm(x) = x / sqrt(mean(x^2) + eps)
+    b   = rmsnorm(k) * w_k
+    s   = <a, b> / sqrt(H)
+    g   = sigmoid(signed_sqrt(s))    signed_sqrt(s) = sign(s) * sqrt(|s|)
+    out = h + g * v
+
+All math is fp32; ``out`` is stored in h's dtype and ``g`` (fp32, one per row) is stored too,
+for callers that want it. Since ``<a, b> = rstd_h * rstd_k * sum(h * w_h * k * w_k)``, one
+pass over the row gives all three sums (sum h^2, sum k^2, the weighted dot).
+
+Memory-bound: one read of h, k, v and one write of out (weights are re-read from L1/L2).
+
+* Static H (``{"H": 7168}`` etc.): one row per thread block (128 threads for bf16 H=7168,
+  256 otherwise); h, k and v are loaded at once (16-byte vectors, kept in registers in their
+  own dtype), the three sums are block-reduced, and the output is written from the
+  registers: exactly one HBM read per input element. ``__launch_bounds__`` asks for 512
+  threads per SM (4 rows in flight for bf16 H=7168: 128 registers, no spills).
+* Generic (``{}``, H dynamic): two passes over the row in chunks (the sums, then the output;
+  the second read of h hits L1/L2). A runtime branch picks 16-byte vector access when H is a
+  multiple of the vector width and scalar access otherwise, so any H works.
+
+Every loop touching global memory carries ``coalesced_width`` = one 16-byte vector (TileLang
+0.1.15 otherwise emits 32-byte accesses on sm_100a). Base pointers must be 16-byte aligned.
+"""
+
+# No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+import math
+
+from ..spec import KernelSpec
+
+DTYPES = ("bfloat16", "float32")
+ITEMSIZE = {"bfloat16": 2, "float32": 4}
+STATIC_H = (2048, 4096, 7168)
+
+GENERIC_THREADS = 128  # threads per row in the generic kernel
+GENERIC_UNROLL = 2  # 16-byte vectors per thread per chunk
+SCALAR_PER_THREAD = 4  # elements per thread per chunk on the unaligned (H % vec != 0) path
+MAX_ROW_THREADS = 256
+
+
+def factory(arch: str, dtype: str, H: int | None = None):
+    """TileLang prim_func ``(h, k, v [M, H], w_h, w_k [H], out [M, H], gate [M] fp32, eps)``.
+
+    The same code serves every CUDA arch, so ``arch`` only takes part in the interface.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"engram_gate: unsupported dtype {dtype!r}")
+    return _generic(dtype) if H is None else _static(dtype, H)
+
+
+def row_threads(n: int, vec: int) -> int:
+    """Threads for a register-resident row of ``n`` elements: whole 16-byte vectors each.
+
+    The largest power of two (TileLang's block all-reduce needs one) up to 256 that divides
+    the row's vector count: 128 for bf16 H=7168 (7 vectors each), 256 for the others.
+    """
+    if n % vec:
+        raise ValueError(f"engram_gate: H={n} is not a multiple of {vec}")
+    threads = MAX_ROW_THREADS
+    while (n // vec) % threads:
+        threads //= 2
+    if threads < 32:
+        raise ValueError(f"engram_gate: no thread count fits H={n}")
+    return threads
+
+
+def gate_of(T, s):
+    """sigmoid(sign(s) * sqrt(|s|)) as a TileLang expression (fp32)."""
+    z = T.copysign(T.sqrt(T.abs(s)), s)
+    return 1.0 / (1.0 + T.exp(-z))
+
+
+def _static(dtype: str, n: int):
+    import tilelang.language as T
+
+    vec = 16 // ITEMSIZE[dtype]
+    threads = row_threads(n, vec)
+    L = threads * vec  # elements one pass of the block covers
+    C = n // L  # vectors per thread per row
+    width = T.int32(vec)  # coalesced_width must be an IntImm, not a Python int
+    inv_n = 1.0 / n
+    inv_sqrt_n = 1.0 / math.sqrt(n)
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def engram_gate(
+        h: T.Tensor((M, n), dtype),
+        k: T.Tensor((M, n), dtype),
+        v: T.Tensor((M, n), dtype),
+        w_h: T.Tensor((n,), dtype),
+        w_k: T.Tensor((n,), dtype),
+        out: T.Tensor((M, n), dtype),
+        gate: T.Tensor((M,), "float32"),
+        eps: T.float32,
+    ):
+        with T.Kernel(M, threads=threads) as row:
+            # 512 threads per SM at least (4 rows of 128 threads: 128 registers, no spills).
+            T.annotate_min_blocks_per_sm(512 // threads)
+            hr = T.alloc_fragment((C, L), dtype)
+            kr = T.alloc_fragment((C, L), dtype)
+            vr = T.alloc_fragment((C, L), dtype)
+            acc_h = T.alloc_fragment((L,), "float32")
+            acc_k = T.alloc_fragment((L,), "float32")
+            acc_d = T.alloc_fragment((L,), "float32")
+            sum_h = T.alloc_fragment((1,), "float32")
+            sum_k = T.alloc_fragment((1,), "float32")
+            sum_d = T.alloc_fragment((1,), "float32")
+            g = T.alloc_fragment((1,), "float32")
+            # All loads first (v too), so a thread has the whole row in flight at once.
+            for c, j in T.Parallel(C, L, coalesced_width=width):
+                hr[c, j] = h[row, c * L + j]
+                kr[c, j] = k[row, c * L + j]
+                vr[c, j] = v[row, c * L + j]
+            T.clear(acc_h)
+            T.clear(acc_k)
+            T.clear(acc_d)
+            for c in T.unroll(C):
+                for j in T.Parallel(L, coalesced_width=width):
+                    hf = T.cast(hr[c, j], "float32")
+                    kf = T.cast(kr[c, j], "float32")
+                    ww = T.cast(w_h[c * L + j], "float32") * T.cast(w_k[c * L + j], "float32")
+                    acc_h[j] += hf * hf
+                    acc_k[j] += kf * kf
+                    acc_d[j] += hf * kf * ww
+            T.reduce_sum(acc_h, sum_h, dim=0)
+            T.reduce_sum(acc_k, sum_k, dim=0)
+            T.reduce_sum(acc_d, sum_d, dim=0)
+            g[0] = gate_of(
+                T,
+                sum_d[0]
+                * T.rsqrt(sum_h[0] * inv_n + eps)
+                * T.rsqrt(sum_k[0] * inv_n + eps)
+                * inv_sqrt_n,
+            )
+            gate[row] = g[0]
+            for c, j in T.Parallel(C, L, coalesced_width=width):
+                out[row, c * L + j] = T.cast(hr[c, j], "float32") + g[0] * T.cast(
+                    vr[c, j], "float32"
+                )
+
+    return engram_gate
+
+
+def _generic(dtype: str):
+    import tilelang.language as T
+
+    vec = 16 // ITEMSIZE[dtype]
+    M = T.dynamic("M")
+    H = T.dynamic("H")
+    vec_rows = _row_pass(T, H, GENERIC_THREADS * vec * GENERIC_UNROLL, T.int32(vec))
+    scalar_rows = _row_pass(T, H, GENERIC_THREADS * SCALAR_PER_THREAD, None)
+
+    @T.prim_func
+    def engram_gate(
+        h: T.Tensor((M, H), dtype),
+        k: T.Tensor((M, H), dtype),
+        v: T.Tensor((M, H), dtype),
+        w_h: T.Tensor((H,), dtype),
+        w_k: T.Tensor((H,), dtype),
+        out: T.Tensor((M, H), dtype),
+        gate: T.Tensor((M,), "float32"),
+        eps: T.float32,
+    ):
+        with T.Kernel(M, threads=GENERIC_THREADS) as row:
+            if H % vec == 0:
+                # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
+                T.assume(H % vec == 0)
+                vec_rows(h, k, v, w_h, w_k, out, gate, eps, row)
+            else:
+                scalar_rows(h, k, v, w_h, w_k, out, gate, eps, row)
+
+    return engram_gate
+
+
+def _row_pass(T, H, chunk: int, width):
+    """Macro gating one row of dynamic length H, ``chunk`` elements per step.
+
+    ``width`` (an IntImm or None) is the loops' coalesced_width; it is bound here rather than
+    passed as a macro argument because macro arguments reach the loop as non-constants.
+    """
+
+    @T.macro
+    def gate_row(h, k, v, w_h, w_k, out, gate, eps, row):
+        hb = T.alloc_fragment((chunk,), h.dtype)
+        kb = T.alloc_fragment((chunk,), h.dtype)
+        acc_h = T.alloc_fragment((chunk,), "float32")
+        acc_k = T.alloc_fragment((chunk,), "float32")
+        acc_d = T.alloc_fragment((chunk,), "float32")
+        sum_h = T.alloc_fragment((1,), "float32")
+        sum_k = T.alloc_fragment((1,), "float32")
+        sum_d = T.alloc_fragment((1,), "float32")
+        g = T.alloc_fragment((1,), "float32")
+        # Pass 1: per-thread partial sums, then block all-reduces. The chunk is loaded into
+        # fragments of the input dtype first: the fp32 accumulation would otherwise limit the
+        # loads to 4 elements.
+        T.clear(acc_h)
+        T.clear(acc_k)
+        T.clear(acc_d)
+        for c in T.serial(T.ceildiv(H, chunk)):
+            for j in T.Parallel(chunk, coalesced_width=width):
+                hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
+                kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
+            for j in T.Parallel(chunk, coalesced_width=width):
+                if c * chunk + j < H:
+                    hf = T.cast(hb[j], "float32")
+                    kf = T.cast(kb[j], "float32")
+                    ww = T.cast(w_h[c * chunk + j], "float32") * T.cast(
+                        w_k[c * chunk + j], "float32"
+                    )
+                    acc_h[j] += hf * hf
+                    acc_k[j] += kf * kf
+                    acc_d[j] += hf * kf * ww
+        T.reduce_sum(acc_h, sum_h, dim=0)
+        T.reduce_sum(acc_k, sum_k, dim=0)
+        T.reduce_sum(acc_d, sum_d, dim=0)
+        n = T.cast(H, "float32")
+        g[0] = gate_of(
+            T,
+            sum_d[0] * T.rsqrt(sum_h[0] / n + eps) * T.rsqrt(sum_k[0] / n + eps) * T.rsqrt(n),
+        )
+        gate[row] = g[0]
+        # Pass 2: re-read h (L1/L2 hit), read v, store.
+        for c in T.serial(T.ceildiv(H, chunk)):
+            for j in T.Parallel(chunk, coalesced_width=width):
+                if c * chunk + j < H:
+                    col = c * chunk + j
+                    out[row, col] = T.cast(h[row, col], "float32") + g[0] * T.cast(
+                        v[row, col], "float32"
+                    )
+
+    return gate_row
+
+
+def reference(h, k, v, w_h, w_k, eps: float = 1e-6):
+    """torch reference ``(out, g)``: rows are the last dim; fp32 math (fp64 for fp64 inputs).
+
+    ``out`` has h's dtype, ``g`` (shape ``h.shape[:-1]``) is fp32 (fp64 for fp64 inputs).
+    """
+    import torch
+
+    ct = torch.float64 if h.dtype == torch.float64 else torch.float32
+    hf, kf, vf = h.to(ct), k.to(ct), v.to(ct)
+    a = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * w_h.to(ct)
+    b = kf * torch.rsqrt(kf.pow(2).mean(-1, keepdim=True) + eps) * w_k.to(ct)
+    s = (a * b).sum(-1) / math.sqrt(h.shape[-1])
+    g = torch.sigmoid(torch.sign(s) * torch.sqrt(s.abs()))
+    out = hf + g.unsqueeze(-1) * vf
+    return out.to(h.dtype), g
+
+
+SPEC = KernelSpec(
+    op="engram_gate",
+    factory=factory,
+    keys=tuple({"dtype": d} for d in DTYPES),
+    specs=({}, *({"H": n} for n in STATIC_H)),
+    reference=reference,
+    doc="out = h + sigmoid(signed_sqrt(<rmsnorm(h) w_h, rmsnorm(k) w_k> / sqrt(H))) * v; "
+    "h, k, v [M, H], w_h, w_k [H]; also the gate [M] (fp32).",
+)

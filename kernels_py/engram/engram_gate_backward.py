@@ -1,0 +1,413 @@
+"""Engram gate, backward: the gradients of ``out = h + g * v`` (see engram_gate.py).
+
+Per row, with ``rh = rsqrt(mean(h^2) + eps)``, ``rk`` likewise, ``s`` the scaled dot, ``g`` the
+gate and ``go`` the incoming gradient (derivation in ``reference``)::
+
+    dg     = <go, v>
+    ds     = dg * g * (1 - g) * 0.5 / sqrt(max(|s|, S_FLOOR))
+    c      = ds / sqrt(H)
+    alpha  = c * rh * rk,   beta_h = c * rh^2 * s / sqrt(H),   beta_k = c * rk^2 * s / sqrt(H)
+    grad_v = g * go
+    grad_h = go + alpha * k * w_h * w_k - beta_h * h
+    grad_k =      alpha * h * w_h * w_k - beta_k * k
+    P     += alpha * h * k                  (summed over rows)
+    grad_w_h = w_k * P,   grad_w_k = w_h * P
+
+signed_sqrt has an infinite slope at s = 0. Its derivative is taken as
+``0.5 / sqrt(max(|s|, S_FLOOR))`` (exact for |s| >= 1e-6, at most 500): finite gradients for
+rows with s = 0 (e.g. a zero h or k row), the same convention in ``reference``.
+
+The weight gradients are row reductions, done deterministically (no float atomics) by two
+kernels in one launch sequence:
+
+1. ``B`` thread blocks (``B`` = the first dim of the fp32 scratch ``partial[B, H]``, chosen by
+   the caller: a few blocks per SM) each own rows ``b, b + B, b + 2B, ...``. Per row they read
+   go, h, k, v once, write grad_h, grad_k, grad_v, and add ``alpha * h * k`` into the block's
+   running sum ``P_b``. Static H keeps go, h and k in registers (one HBM read per element; v
+   is only needed for ``<go, v>`` and is streamed), ``w_h * w_k`` (fp32, loaded once per
+   block) and ``P_b`` in shared memory. Generic H makes two passes over each row (the second
+   hits L1/L2) and keeps ``P_b`` in its ``partial`` row (L2-resident read-modify-write).
+   Each block finally owns ``partial[b, :]``.
+2. A small kernel sums ``partial`` over ``b`` per column, in a fixed order, and writes
+   ``grad_w_h``, ``grad_w_k`` in the weights' dtype.
+
+Loops touching global memory carry ``coalesced_width`` = one 16-byte vector (sm_100a, see
+engram_gate.py). Base pointers must be 16-byte aligned. Access widths (bf16): go, h, k and
+grad_v move in 16-byte vectors; TileLang 0.1.15 vectorises a loop that mixes fp32 math with a
+non-register buffer (the shared ``w_h * w_k``, v's fp32 use) at 4 elements, so v's loads and
+the grad_h / grad_k stores are 8 bytes wide (still whole 32-byte sectors per warp).
+"""
+
+# No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+import math
+
+from ..spec import KernelSpec
+from .engram_gate import DTYPES, ITEMSIZE, STATIC_H, gate_of, row_threads
+
+S_FLOOR = 1e-6  # |s| floor in d signed_sqrt / ds
+
+# Thread blocks per SM each static variant is compiled for (__launch_bounds__ minimum): the
+# most that hold their rows in registers without (or, bf16 H=7168, with a few bytes of)
+# spilling. The Python layer launches B = min(rows, SMs * this) blocks: one full wave.
+BLOCKS_PER_SM = {
+    ("bfloat16", 2048): 4,
+    ("bfloat16", 4096): 2,
+    ("bfloat16", 7168): 3,
+    ("float32", 2048): 4,
+    ("float32", 4096): 2,
+    ("float32", 7168): 2,
+}
+GENERIC_BLOCKS_PER_SM = 4
+GENERIC_THREADS = 256
+SCALAR_PER_THREAD = 2  # elements per thread per chunk on the unaligned (H % vec != 0) path
+
+# The reduction of the per-block sums: RED_GROUPS row groups x RED_COLS columns per block.
+RED_THREADS = 256
+RED_GROUPS = 32
+RED_COLS = 32
+
+
+def blocks_per_sm(dtype: str, H: int | None) -> int:
+    """Blocks per SM the variant serving (dtype, H) is built for (the launch's B / SMs)."""
+    return BLOCKS_PER_SM.get((dtype, H), GENERIC_BLOCKS_PER_SM)
+
+
+def factory(arch: str, dtype: str, H: int | None = None):
+    """TileLang prim_func ``(grad_out, h, k, v [M, H], w_h, w_k [H], grad_h, grad_k, grad_v
+    [M, H], grad_w_h, grad_w_k [H], partial [B, H] fp32, eps)``; two kernels, run in order.
+
+    The same code serves every CUDA arch, so ``arch`` only takes part in the interface.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"engram_gate_backward: unsupported dtype {dtype!r}")
+    return _generic(dtype) if H is None else _static(dtype, H)
+
+
+def slope(T, dg, g, s):
+    """dL/ds = dL/dg * sigmoid' * d signed_sqrt/ds, the last floored (see the docstring)."""
+    return dg * g * (1.0 - g) * 0.5 * T.rsqrt(T.max(T.abs(s), S_FLOOR))
+
+
+def _static(dtype: str, n: int):
+    import tilelang.language as T
+
+    vec = 16 // ITEMSIZE[dtype]
+    threads = row_threads(n, vec)
+    L = threads * vec
+    C = n // L
+    width = T.int32(vec)
+    inv_n = 1.0 / n
+    inv_sqrt_n = 1.0 / math.sqrt(n)
+    min_blocks = BLOCKS_PER_SM[(dtype, n)]
+    M = T.dynamic("M")
+    B = T.dynamic("B")
+    reduce_partials = _reduce_kernel(T, n, B)
+
+    def f32(x):
+        return T.cast(x, "float32")
+
+    @T.prim_func
+    def engram_gate_backward(
+        grad_out: T.Tensor((M, n), dtype),
+        h: T.Tensor((M, n), dtype),
+        k: T.Tensor((M, n), dtype),
+        v: T.Tensor((M, n), dtype),
+        w_h: T.Tensor((n,), dtype),
+        w_k: T.Tensor((n,), dtype),
+        grad_h: T.Tensor((M, n), dtype),
+        grad_k: T.Tensor((M, n), dtype),
+        grad_v: T.Tensor((M, n), dtype),
+        grad_w_h: T.Tensor((n,), dtype),
+        grad_w_k: T.Tensor((n,), dtype),
+        partial: T.Tensor((B, n), "float32"),
+        eps: T.float32,
+    ):
+        with T.Kernel(B, threads=threads) as b:
+            T.annotate_min_blocks_per_sm(min_blocks)
+            gr = T.alloc_fragment((C, L), dtype)
+            hr = T.alloc_fragment((C, L), dtype)
+            kr = T.alloc_fragment((C, L), dtype)
+            acc_h = T.alloc_fragment((L,), "float32")
+            acc_k = T.alloc_fragment((L,), "float32")
+            acc_d = T.alloc_fragment((L,), "float32")
+            acc_g = T.alloc_fragment((L,), "float32")
+            sum_h = T.alloc_fragment((1,), "float32")
+            sum_k = T.alloc_fragment((1,), "float32")
+            sum_d = T.alloc_fragment((1,), "float32")
+            sum_g = T.alloc_fragment((1,), "float32")
+            rh = T.alloc_fragment((1,), "float32")
+            rk = T.alloc_fragment((1,), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            g = T.alloc_fragment((1,), "float32")
+            cs = T.alloc_fragment((1,), "float32")
+            coef = T.alloc_fragment((1,), "float32")
+            coef_h = T.alloc_fragment((1,), "float32")
+            coef_k = T.alloc_fragment((1,), "float32")
+            pacc = T.alloc_shared((C, L), "float32")
+            wws = T.alloc_shared((C, L), "float32")
+            T.clear(pacc)
+            for c, j in T.Parallel(C, L, coalesced_width=width):
+                wws[c, j] = f32(w_h[c * L + j]) * f32(w_k[c * L + j])
+            for i in T.serial(T.ceildiv(M - b, B)):
+                row = b + i * B
+                for c, j in T.Parallel(C, L, coalesced_width=width):
+                    gr[c, j] = grad_out[row, c * L + j]
+                    hr[c, j] = h[row, c * L + j]
+                    kr[c, j] = k[row, c * L + j]
+                T.clear(acc_h)
+                T.clear(acc_k)
+                T.clear(acc_d)
+                T.clear(acc_g)
+                for c in T.unroll(C):
+                    for j in T.Parallel(L, coalesced_width=width):
+                        acc_h[j] += f32(hr[c, j]) * f32(hr[c, j])
+                        acc_k[j] += f32(kr[c, j]) * f32(kr[c, j])
+                        acc_d[j] += f32(hr[c, j]) * f32(kr[c, j]) * wws[c, j]
+                        acc_g[j] += f32(gr[c, j]) * f32(v[row, c * L + j])
+                T.reduce_sum(acc_h, sum_h, dim=0)
+                T.reduce_sum(acc_k, sum_k, dim=0)
+                T.reduce_sum(acc_d, sum_d, dim=0)
+                T.reduce_sum(acc_g, sum_g, dim=0)
+                rh[0] = T.rsqrt(sum_h[0] * inv_n + eps)
+                rk[0] = T.rsqrt(sum_k[0] * inv_n + eps)
+                s[0] = sum_d[0] * rh[0] * rk[0] * inv_sqrt_n
+                g[0] = gate_of(T, s[0])
+                cs[0] = slope(T, sum_g[0], g[0], s[0]) * inv_sqrt_n  # c = dL/ds / sqrt(H)
+                # alpha = c rh rk; beta_h = c rh^2 s / sqrt(H); beta_k = c rk^2 s / sqrt(H)
+                coef[0] = cs[0] * rh[0] * rk[0]
+                coef_h[0] = cs[0] * rh[0] * rh[0] * s[0] * inv_sqrt_n
+                coef_k[0] = cs[0] * rk[0] * rk[0] * s[0] * inv_sqrt_n
+                # Three loops: a loop mixing fp32 math with a non-register buffer (wws, pacc)
+                # is vectorised at 4 elements, so grad_v gets its own 16-byte-store loop and
+                # the shared-memory update its own loop.
+                for c, j in T.Parallel(C, L, coalesced_width=width):
+                    grad_h[row, c * L + j] = (
+                        f32(gr[c, j])
+                        + coef[0] * f32(kr[c, j]) * wws[c, j]
+                        - coef_h[0] * f32(hr[c, j])
+                    )
+                    grad_k[row, c * L + j] = coef[0] * f32(hr[c, j]) * wws[c, j] - coef_k[0] * f32(
+                        kr[c, j]
+                    )
+                for c, j in T.Parallel(C, L, coalesced_width=width):
+                    grad_v[row, c * L + j] = g[0] * f32(gr[c, j])
+                for c, j in T.Parallel(C, L):
+                    pacc[c, j] += coef[0] * f32(hr[c, j]) * f32(kr[c, j])
+            for c, j in T.Parallel(C, L, coalesced_width=T.int32(4)):
+                partial[b, c * L + j] = pacc[c, j]
+
+        reduce_partials(partial, w_h, w_k, grad_w_h, grad_w_k)
+
+    return engram_gate_backward
+
+
+def _reduce_kernel(T, n, B):
+    """Macro: a kernel summing ``partial[B, n]`` over its rows into the weight gradients."""
+
+    @T.macro
+    def reduce_partials(partial, w_h, w_k, grad_w_h, grad_w_k):
+        with T.Kernel(T.ceildiv(n, RED_COLS), threads=RED_THREADS) as bx:
+            acc = T.alloc_fragment((RED_GROUPS, RED_COLS), "float32")
+            tot = T.alloc_fragment((RED_COLS,), "float32")
+            T.clear(acc)
+            for r in T.serial(T.ceildiv(B, RED_GROUPS)):
+                for gi, j in T.Parallel(RED_GROUPS, RED_COLS):
+                    if (r * RED_GROUPS + gi < B) & (bx * RED_COLS + j < n):
+                        acc[gi, j] += partial[r * RED_GROUPS + gi, bx * RED_COLS + j]
+            T.reduce_sum(acc, tot, dim=0)
+            for j in T.Parallel(RED_COLS):
+                if bx * RED_COLS + j < n:
+                    col = bx * RED_COLS + j
+                    grad_w_h[col] = tot[j] * T.cast(w_k[col], "float32")
+                    grad_w_k[col] = tot[j] * T.cast(w_h[col], "float32")
+
+    return reduce_partials
+
+
+def _generic(dtype: str):
+    import tilelang.language as T
+
+    vec = 16 // ITEMSIZE[dtype]
+    M = T.dynamic("M")
+    H = T.dynamic("H")
+    B = T.dynamic("B")
+    vec_rows = _row_loop(T, M, H, B, GENERIC_THREADS * vec, T.int32(vec))
+    scalar_rows = _row_loop(T, M, H, B, GENERIC_THREADS * SCALAR_PER_THREAD, None)
+    reduce_partials = _reduce_kernel(T, H, B)
+
+    @T.prim_func
+    def engram_gate_backward(
+        grad_out: T.Tensor((M, H), dtype),
+        h: T.Tensor((M, H), dtype),
+        k: T.Tensor((M, H), dtype),
+        v: T.Tensor((M, H), dtype),
+        w_h: T.Tensor((H,), dtype),
+        w_k: T.Tensor((H,), dtype),
+        grad_h: T.Tensor((M, H), dtype),
+        grad_k: T.Tensor((M, H), dtype),
+        grad_v: T.Tensor((M, H), dtype),
+        grad_w_h: T.Tensor((H,), dtype),
+        grad_w_k: T.Tensor((H,), dtype),
+        partial: T.Tensor((B, H), "float32"),
+        eps: T.float32,
+    ):
+        with T.Kernel(B, threads=GENERIC_THREADS) as b:
+            T.annotate_min_blocks_per_sm(GENERIC_BLOCKS_PER_SM)
+            if H % vec == 0:
+                # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
+                T.assume(H % vec == 0)
+                vec_rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, b)
+            else:
+                scalar_rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, b)
+
+        reduce_partials(partial, w_h, w_k, grad_w_h, grad_w_k)
+
+    return engram_gate_backward
+
+
+def _row_loop(T, M, H, B, chunk: int, width):
+    """Macro: block ``b``'s rows for dynamic H, two passes per row in ``chunk`` steps, its
+    weight-gradient sum kept in ``partial[b, :]`` (L2-resident read-modify-write).
+
+    ``width`` (an IntImm or None) is bound here: as a macro argument it would not stay
+    constant. The loops touching the fp32 ``partial`` use 4 elements (``fp32_width``): 8 would
+    mean 32-byte fp32 accesses. So does the grad_h / grad_k loop: at 8 elements TileLang
+    0.1.15 does its fp32 math 8 wide on sm_100a and emits the broadcast of a row scalar as the
+    address of an rvalue (a compile error); its bf16 accesses are therefore 8 bytes wide.
+    """
+    fp32_width = None if width is None else T.int32(4)
+
+    def f32(x):
+        return T.cast(x, "float32")
+
+    @T.macro
+    def rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, b):
+        gb = T.alloc_fragment((chunk,), h.dtype)
+        hb = T.alloc_fragment((chunk,), h.dtype)
+        kb = T.alloc_fragment((chunk,), h.dtype)
+        vb = T.alloc_fragment((chunk,), h.dtype)
+        acc_h = T.alloc_fragment((chunk,), "float32")
+        acc_k = T.alloc_fragment((chunk,), "float32")
+        acc_d = T.alloc_fragment((chunk,), "float32")
+        acc_g = T.alloc_fragment((chunk,), "float32")
+        sum_h = T.alloc_fragment((1,), "float32")
+        sum_k = T.alloc_fragment((1,), "float32")
+        sum_d = T.alloc_fragment((1,), "float32")
+        sum_g = T.alloc_fragment((1,), "float32")
+        rh = T.alloc_fragment((1,), "float32")
+        rk = T.alloc_fragment((1,), "float32")
+        s = T.alloc_fragment((1,), "float32")
+        g = T.alloc_fragment((1,), "float32")
+        cs = T.alloc_fragment((1,), "float32")
+        coef = T.alloc_fragment((1,), "float32")
+        coef_h = T.alloc_fragment((1,), "float32")
+        coef_k = T.alloc_fragment((1,), "float32")
+        n = T.cast(H, "float32")
+        for c in T.serial(T.ceildiv(H, chunk)):
+            for j in T.Parallel(chunk, coalesced_width=fp32_width):
+                if c * chunk + j < H:
+                    partial[b, c * chunk + j] = 0
+        for i in T.serial(T.ceildiv(M - b, B)):
+            row = b + i * B
+            # Pass 1: the four row sums. Chunks are loaded into fragments of the input dtype
+            # first, so that the loads are 16 bytes wide.
+            T.clear(acc_h)
+            T.clear(acc_k)
+            T.clear(acc_d)
+            T.clear(acc_g)
+            for c in T.serial(T.ceildiv(H, chunk)):
+                for j in T.Parallel(chunk, coalesced_width=width):
+                    gb[j] = T.if_then_else(c * chunk + j < H, grad_out[row, c * chunk + j], 0)
+                    hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
+                    kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
+                    vb[j] = T.if_then_else(c * chunk + j < H, v[row, c * chunk + j], 0)
+                for j in T.Parallel(chunk, coalesced_width=width):
+                    if c * chunk + j < H:
+                        acc_h[j] += f32(hb[j]) * f32(hb[j])
+                        acc_k[j] += f32(kb[j]) * f32(kb[j])
+                        acc_d[j] += (
+                            f32(hb[j])
+                            * f32(kb[j])
+                            * f32(w_h[c * chunk + j])
+                            * f32(w_k[c * chunk + j])
+                        )
+                        acc_g[j] += f32(gb[j]) * f32(vb[j])
+            T.reduce_sum(acc_h, sum_h, dim=0)
+            T.reduce_sum(acc_k, sum_k, dim=0)
+            T.reduce_sum(acc_d, sum_d, dim=0)
+            T.reduce_sum(acc_g, sum_g, dim=0)
+            rh[0] = T.rsqrt(sum_h[0] / n + eps)
+            rk[0] = T.rsqrt(sum_k[0] / n + eps)
+            s[0] = sum_d[0] * rh[0] * rk[0] * T.rsqrt(n)
+            g[0] = gate_of(T, s[0])
+            cs[0] = slope(T, sum_g[0], g[0], s[0]) * T.rsqrt(n)
+            coef[0] = cs[0] * rh[0] * rk[0]
+            coef_h[0] = cs[0] * rh[0] * rh[0] * s[0] * T.rsqrt(n)
+            coef_k[0] = cs[0] * rk[0] * rk[0] * s[0] * T.rsqrt(n)
+            # Pass 2: re-read the row (L1/L2 hit), write the gradients, add into partial[b].
+            # Global operands straight in the expressions, no fragment staging (see above for
+            # the widths).
+            for c in T.serial(T.ceildiv(H, chunk)):
+                for j in T.Parallel(chunk, coalesced_width=fp32_width):
+                    if c * chunk + j < H:
+                        col = c * chunk + j
+                        grad_h[row, col] = (
+                            f32(grad_out[row, col])
+                            + coef[0] * f32(k[row, col]) * f32(w_h[col]) * f32(w_k[col])
+                            - coef_h[0] * f32(h[row, col])
+                        )
+                        grad_k[row, col] = coef[0] * f32(h[row, col]) * f32(w_h[col]) * f32(
+                            w_k[col]
+                        ) - coef_k[0] * f32(k[row, col])
+                        partial[b, col] += coef[0] * f32(h[row, col]) * f32(k[row, col])
+                for j in T.Parallel(chunk, coalesced_width=width):
+                    if c * chunk + j < H:
+                        grad_v[row, c * chunk + j] = g[0] * f32(grad_out[row, c * chunk + j])
+
+    return rows
+
+
+def reference(grad_out, h, k, v, w_h, w_k, eps: float = 1e-6):
+    """Hand-derived gradients ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)`` in torch.
+
+    fp32 math (fp64 for fp64 inputs); rows are the last dim, every leading dim is a row dim.
+    With n = rmsnorm(h) (so a = n * w_h), m = rmsnorm(k) (b = m * w_k) and a row's ds:
+    ``dL/da = ds * b / sqrt(H)``; RMSNorm's backward ``dh = rh * (dn - n * mean(dn * n))`` with
+    ``dn = dL/da * w_h`` gives ``mean(dn * n) = ds * s / H``, hence the closed forms in the
+    module docstring, and ``dL/dw_h = sum_rows dL/da * n = w_k * sum_rows alpha * h * k``.
+    """
+    import torch
+
+    ct = torch.float64 if h.dtype == torch.float64 else torch.float32
+    go, hf, kf, vf = grad_out.to(ct), h.to(ct), k.to(ct), v.to(ct)
+    wh, wk = w_h.to(ct), w_k.to(ct)
+    n = h.shape[-1]
+    rh = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    rk = torch.rsqrt(kf.pow(2).mean(-1, keepdim=True) + eps)
+    s = (hf * wh * kf * wk).sum(-1, keepdim=True) * rh * rk / math.sqrt(n)
+    g = torch.sigmoid(torch.sign(s) * torch.sqrt(s.abs()))
+    dg = (go * vf).sum(-1, keepdim=True)
+    c = dg * g * (1 - g) * 0.5 * torch.rsqrt(s.abs().clamp(min=S_FLOOR)) / math.sqrt(n)
+    alpha = c * rh * rk
+    grad_h = go + alpha * kf * wh * wk - c * rh * rh * s / math.sqrt(n) * hf
+    grad_k = alpha * hf * wh * wk - c * rk * rk * s / math.sqrt(n) * kf
+    grad_v = g * go
+    p = (alpha * hf * kf).reshape(-1, n).sum(0)
+    return (
+        grad_h.to(h.dtype),
+        grad_k.to(h.dtype),
+        grad_v.to(h.dtype),
+        (wk * p).to(w_h.dtype),
+        (wh * p).to(w_h.dtype),
+    )
+
+
+SPEC = KernelSpec(
+    op="engram_gate_backward",
+    factory=factory,
+    keys=tuple({"dtype": d} for d in DTYPES),
+    specs=({}, *({"H": n} for n in STATIC_H)),
+    reference=reference,
+    doc="(grad_h, grad_k, grad_v, grad_w_h, grad_w_k) of engram_gate; scratch partial[B, H] "
+    "fp32 (B blocks, deterministic two-kernel weight-gradient reduction).",
+)

@@ -1,0 +1,186 @@
+"""Gradients of the Engram gate (op "engram_gate_backward")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _lib, _validate
+from .engram_gate import check_inputs
+
+if TYPE_CHECKING:
+    import torch
+
+_OP = "engram_gate_backward"
+_DTYPES = ("bf16", "fp32")
+_GRAD_NAMES = ("out[0] (grad_h)", "out[1] (grad_k)", "out[2] (grad_v)")
+_WGRAD_NAMES = ("out[3] (grad_w_h)", "out[4] (grad_w_k)")
+_INPUTS = ("grad_out", "h", "k", "v", "w_h", "w_k")
+
+# Thread blocks per SM of each variant (kernels_py/engram/engram_gate_backward.py
+# BLOCKS_PER_SM; a CPU test keeps the two equal). The kernel launches SMs * this many blocks
+# (fewer for few rows), each summing its rows' weight gradients; any value is correct, the
+# right one fills the GPU in one wave.
+_BLOCKS_PER_SM = {
+    ("bf16", 2048): 4,
+    ("bf16", 4096): 2,
+    ("bf16", 7168): 3,
+    ("fp32", 2048): 4,
+    ("fp32", 4096): 2,
+    ("fp32", 7168): 2,
+}
+_GENERIC_BLOCKS_PER_SM = 4
+_SM_COUNT: dict[int, int] = {}
+
+
+def engram_gate_backward(
+    grad_out: torch.Tensor,
+    h: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w_h: torch.Tensor,
+    w_k: torch.Tensor,
+    eps: float = 1e-6,
+    g: torch.Tensor | None = None,
+    *,
+    out: tuple[torch.Tensor, ...] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of :func:`tileaot.engram_gate` with respect to h, k, v, w_h and w_k.
+
+    With ``rh = 1 / sqrt(mean(h**2) + eps)``, ``rk`` likewise, ``s`` and ``g`` the row's scaled
+    dot and gate, and ``go = grad_out`` (float32 math; sums over a row, ``P`` over all rows)::
+
+        c      = <go, v> * g * (1 - g) / (2 * sqrt(max(|s|, 1e-6))) / sqrt(H)
+        grad_v = g * go
+        grad_h = go + c * rh * rk * k * w_h * w_k - c * rh**2 * s / sqrt(H) * h
+        grad_k =      c * rh * rk * h * w_h * w_k - c * rk**2 * s / sqrt(H) * k
+        P      = sum over rows of c * rh * rk * h * k
+        grad_w_h = w_k * P,   grad_w_k = w_h * P
+
+    ``d sign(s)sqrt(|s|) / ds = 1 / (2 sqrt(|s|))`` is infinite at ``s = 0``; it is taken as
+    ``1 / (2 sqrt(max(|s|, 1e-6)))`` (exact for ``|s| >= 1e-6``, at most 500), so a row with
+    ``s = 0`` (a zero `h` or `k` row, say) gets finite gradients. The weight gradients are
+    reduced deterministically: per-block float32 partial sums, then a fixed-order sum (no
+    atomics); the same inputs give bitwise the same gradients on the same GPU model.
+
+    Args:
+        grad_out: gradient of the loss with respect to engram_gate's `out`: shape, dtype and
+            device of `h`, contiguous, 16-byte aligned.
+        h, k, v, w_h, w_k, eps: the forward's inputs, with the same requirements as in
+            :func:`tileaot.engram_gate`.
+        g: optional gate the forward returned (``return_gate=True``): float32, shape
+            ``h.shape[:-1]``, same device. It is checked but not needed: the kernel recomputes
+            the gate in the pass that computes the RMSNorm statistics, at no extra memory
+            traffic.
+        out: optional ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)`` to write into, with
+            exactly the shapes and dtypes below, on the device of `h`, contiguous, aligned,
+            not overlapping the inputs or each other.
+
+    Returns:
+        ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)``: the first three shaped like `h`, the
+        last two like `w_h`, all in h's dtype (the tensors of `out` if given). With no rows,
+        nothing is launched and the weight gradients are zeros.
+
+    Raises:
+        TypeError: an argument is not a tensor, has an unsupported dtype, or the dtypes differ;
+            `g` is not float32; `eps` is not a real number; `out` is not a 5-tuple.
+        ValueError: as :func:`tileaot.engram_gate` for h, k, v, w_h, w_k; `grad_out` or `g`
+            has a wrong shape, device or layout; an `out` tensor has a wrong shape or overlaps.
+        ImportError: the native module is not built (a source checkout).
+        tileaot.VariantMissError: this wheel has no variant for the dtype, shape or GPU.
+        tileaot.DriverError: the CUDA driver is missing or a driver call failed.
+
+    Two kernels, enqueued in order on torch's current stream of `h`'s device (the call does not
+    synchronise): the first reads grad_out, h, k, v once and writes grad_h, grad_k, grad_v
+    once, plus a ``[blocks, H]`` float32 scratch of per-block weight-gradient sums (a few
+    blocks per SM); the second reduces the scratch.
+
+    Example:
+        >>> import torch, tileaot
+        >>> h, k, v = (torch.randn(16, 4, 7168, dtype=torch.bfloat16, device="cuda")
+        ...            for _ in range(3))
+        >>> w_h, w_k = (torch.ones(7168, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+        >>> go = torch.randn_like(h)
+        >>> grad_h, grad_k, grad_v, grad_w_h, grad_w_k = tileaot.engram_gate_backward(
+        ...     go, h, k, v, w_h, w_k, 1e-6)
+    """
+    import torch
+
+    key = _validate.dtype_key("h", h, _DTYPES)
+    for name, t in (("grad_out", grad_out), ("k", k), ("v", v), ("w_h", w_h), ("w_k", w_k)):
+        _validate.same_dtype(name, t, "h", h)
+    rows, n, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
+    if grad_out.shape != h.shape:
+        raise ValueError(
+            f"grad_out must have the shape of h {tuple(h.shape)}; got {tuple(grad_out.shape)}"
+        )
+    _validate.check_memory(("h", "grad_out"), (h, grad_out))
+    if g is not None:
+        _check_gate(g, h)
+    if out is None:
+        grads = (torch.empty_like(h), torch.empty_like(h), torch.empty_like(h))
+        wgrads = (torch.empty_like(w_h), torch.empty_like(w_k))
+    else:
+        grads, wgrads = _check_out(out, h, w_h, device, (grad_out, h, k, v, w_h, w_k))
+    if rows == 0:
+        for t in wgrads:
+            t.zero_()  # a sum over no rows
+        return (*grads, *wgrads)
+    blocks = min(rows, _sm_count(device) * _BLOCKS_PER_SM.get((key, n), _GENERIC_BLOCKS_PER_SM))
+    partial = h.new_empty((blocks, n), dtype=torch.float32)
+    ptrs = (grad_out, h, k, v, w_h, w_k, *grads, *wgrads, partial)
+    _lib.native().launch(
+        _lib.handle(_OP, key),
+        device,
+        _lib.current_stream(device),
+        tuple(t.data_ptr() for t in ptrs),
+        (rows, n, rows, n, rows, n, rows, n, n, n, rows, n, rows, n, rows, n, n, n, blocks, n),
+        (eps,),
+    )
+    return (*grads, *wgrads)
+
+
+def _check_gate(g: Any, h: Any) -> None:
+    import torch
+
+    _validate.require_tensor("g", g)
+    if g.dtype is not torch.float32:
+        raise TypeError(f"g has dtype {g.dtype}; the gate engram_gate returns is torch.float32")
+    if g.shape != h.shape[:-1]:
+        raise ValueError(
+            f"g must have shape {tuple(h.shape[:-1])} (h's shape without H); got {tuple(g.shape)}"
+        )
+    _validate.check_memory(("h", "g"), (h, g))
+
+
+def _check_out(out: Any, h: Any, w_h: Any, device: int, inputs: tuple) -> tuple[tuple, tuple]:
+    if not isinstance(out, (tuple, list)) or len(out) != 5:
+        what = type(out).__name__
+        if isinstance(out, (tuple, list)):
+            what += f" of length {len(out)}"
+        raise TypeError(
+            f"out must be a (grad_h, grad_k, grad_v, grad_w_h, grad_w_k) tuple; got {what}"
+        )
+    for name, t in zip(_GRAD_NAMES, out[:3], strict=True):
+        _validate.check_out(name, t, h.dtype, h.shape, device)
+    for name, t in zip(_WGRAD_NAMES, out[3:], strict=True):
+        _validate.check_out(name, t, w_h.dtype, w_h.shape, device)
+    _validate.check_no_overlap(_GRAD_NAMES + _WGRAD_NAMES, tuple(out), _INPUTS, inputs)
+    return tuple(out[:3]), tuple(out[3:])
+
+
+def _sm_count(device: int) -> int:
+    """Streaming multiprocessors of CUDA device `device` (read once per device)."""
+    count = _SM_COUNT.get(device)
+    if count is None:
+        import torch
+
+        count = _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return count
+
+
+def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
+    """A typical call for `python -m tileaot info`: its description and flat shapes."""
+    m, n = 4 * 4096, 7168
+    blocks = 132 * _BLOCKS_PER_SM[(key, n)]
+    flat = (m, n, m, n, m, n, m, n, n, n, m, n, m, n, m, n, n, n, blocks, n)
+    return "h[4096, 4, 7168]", flat

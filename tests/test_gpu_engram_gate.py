@@ -1,0 +1,259 @@
+"""GPU tests of engram_gate and engram_gate_backward against float64 torch math.
+
+Every key (bf16, fp32) x every variant: the static H (2048, 4096, 7168, with 1 to ~4 rows per
+backward block) and generic H (1000 and 4100: 16-byte vector path for fp32 / bf16 as they
+divide; 7 and 129: the scalar path), 2-D and 3-D ([T, G, H]) inputs. Inputs are random, never
+zeros; rows whose scaled dot |s| < 0.25 are redrawn (the gate's slope there is ~1/sqrt|s| and
+amplifies float32 rounding; s = 0 has a test of its own). Outputs are poisoned with NaN before
+each call, so an unwritten element fails.
+
+Tolerances: forward `out` within 1.6e-2 relative / 1e-2 absolute (bf16: one output rounding)
+and 1e-5 / 1e-5 (fp32) of the float64 result; the gate within 1e-5 relative. Gradients against
+float64 autograd of the float64 forward: normwise relative error per gradient below 1e-2
+(bf16) / 1e-5 (fp32), and elementwise within 10x that relative to the gradient's largest
+element. Each test checks which variant served it; the last test checks that every
+engram_gate(_backward) variant built for this GPU was exercised.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+OPS = ("engram_gate", "engram_gate_backward")
+SEEN: set[str] = set()
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+OUT_TOL = {"bf16": (1.6e-2, 1e-2), "fp32": (1e-5, 1e-5)}
+GRAD_TOL = {"bf16": 1e-2, "fp32": 1e-5}
+EPS = 1e-6
+SHAPES = [  # input shape; rows = all but the last dim, H = the last
+    (37, 2048),
+    (1600, 2048),  # > SMs * 4 rows: backward blocks own several rows
+    (3, 4, 4096),
+    (700, 4096),
+    (1, 7168),
+    (129, 7168),
+    (1200, 4, 7168),
+    (5, 1000),
+    (2000, 1000),
+    (33, 4100),
+    (7, 7),
+    (2, 3, 129),
+]
+
+
+def _reference_module():
+    return importlib.import_module("kernels_py.engram.engram_gate")
+
+
+def _select(op: str, key: str, shapes: list[tuple[int, ...]]) -> str:
+    """Name of the variant the runtime picks for these shapes on device 0."""
+    from tileaot import _lib
+
+    native = _lib.native()
+    flat = tuple(d for s in shapes for d in s)
+    return native.select(native.lookup(op, key), 0, flat)
+
+
+def _blocks(key: str, rows: int, n: int) -> int:
+    """The backward's block count, as the wrapper computes it."""
+    mod = importlib.import_module("tileaot.engram_gate_backward")
+    per_sm = mod._BLOCKS_PER_SM.get((key, n), mod._GENERIC_BLOCKS_PER_SM)
+    return min(rows, mod._sm_count(0) * per_sm)
+
+
+def _scaled_dot(h, k, w_h, w_k):
+    n = h.shape[-1]
+    a = torch.nn.functional.rms_norm(h.double(), (n,), w_h.double(), EPS)
+    b = torch.nn.functional.rms_norm(k.double(), (n,), w_k.double(), EPS)
+    return (a * b).sum(-1) / math.sqrt(n)
+
+
+def _inputs(shape, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    n = shape[-1]
+
+    def randn(*s):
+        return torch.randn(s, device="cuda", generator=g)
+
+    h, k, v = (randn(*shape).to(dtype) for _ in range(3))
+    w_h, w_k = ((1 + 0.3 * randn(n)).to(dtype) for _ in range(2))
+    for _ in range(100):  # redraw k where |s| is small (the gate slope is ~ 1/sqrt|s|)
+        small = _scaled_dot(h, k, w_h, w_k).abs() < 0.25
+        if not small.any():
+            break
+        k[small] = randn(int(small.sum()), n).to(dtype)
+    return h, k, v, w_h, w_k
+
+
+def _forward64(h, k, v, w_h, w_k):
+    """(out, g) in float64; differentiable."""
+    return _reference_module().reference(h, k, v, w_h, w_k, EPS)
+
+
+def _grads64(go, *inputs):
+    leaves = [x.double().requires_grad_() for x in inputs]
+    out, _ = _forward64(*leaves)
+    return torch.autograd.grad(out, leaves, go.double())
+
+
+def _check_grads(got, want, key, name):
+    tol = GRAD_TOL[key]
+    for label, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
+        assert not torch.isnan(gt).any(), f"{name}: grad_{label} has NaN (unwritten?)"
+        err = ((gt.double() - w).norm() / w.norm()).item()
+        assert err < tol, f"{name}: grad_{label} normwise relative error {err:.2e} >= {tol}"
+        torch.testing.assert_close(
+            gt.double(),
+            w,
+            rtol=10 * tol,
+            atol=10 * tol * w.abs().max().item(),
+            msg=lambda m, label=label: f"{name}: grad_{label}: {m}",
+        )
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_forward(key, shape):
+    import tileaot
+
+    dtype = DTYPES[key]
+    h, k, v, w_h, w_k = _inputs(shape, dtype, seed=sum(shape))
+    n = shape[-1]
+    rows = h.numel() // n
+    name = _select("engram_gate", key, [(rows, n)] * 3 + [(n,)] * 2 + [(rows, n), (rows,)])
+    SEEN.add(name)
+    out = torch.full_like(h, float("nan"))
+    g = torch.full(shape[:-1], float("nan"), device="cuda")
+    got, got_g = tileaot.engram_gate(h, k, v, w_h, w_k, EPS, return_gate=True, out=(out, g))
+    torch.cuda.synchronize()
+    assert got is out and got_g is g
+    want, want_g = _forward64(*(x.double() for x in (h, k, v, w_h, w_k)))
+    rtol, atol = OUT_TOL[key]
+    torch.testing.assert_close(
+        out.double(), want, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}"
+    )
+    torch.testing.assert_close(
+        g.double(), want_g, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}"
+    )
+    # The working-precision reference agrees too (it is what bench/users compare against).
+    ref, ref_g = _reference_module().reference(h, k, v, w_h, w_k, EPS)
+    torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
+    torch.testing.assert_close(g, ref_g, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_backward(key, shape):
+    import tileaot
+
+    dtype = DTYPES[key]
+    h, k, v, w_h, w_k = _inputs(shape, dtype, seed=7 * sum(shape))
+    go = torch.randn(shape, device="cuda").to(dtype)
+    n = shape[-1]
+    rows = h.numel() // n
+    flat = [(rows, n)] * 4 + [(n,)] * 2 + [(rows, n)] * 3 + [(n,)] * 2
+    name = _select("engram_gate_backward", key, flat + [(_blocks(key, rows, n), n)])
+    SEEN.add(name)
+    out = tuple(torch.full_like(x, float("nan")) for x in (h, h, h, w_h, w_k))
+    got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, out=out)
+    torch.cuda.synchronize()
+    assert all(a is b for a, b in zip(got, out, strict=True))
+    _check_grads(got, _grads64(go, h, k, v, w_h, w_k), key, name)
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp32"])
+@pytest.mark.parametrize("n", [7168, 1000])
+def test_backward_at_s_zero_is_finite_and_floored(key, n):
+    """Zero h rows and zero k rows have s = 0 exactly: the documented floor of the signed-sqrt
+    slope (kernels_py reference, float64) gives finite gradients, which the kernel matches."""
+    import tileaot
+
+    bwd = importlib.import_module("kernels_py.engram.engram_gate_backward")
+    dtype = DTYPES[key]
+    h, k, v, w_h, w_k = _inputs((64, n), dtype, seed=n)
+    h[3] = 0
+    k[10] = 0
+    go = torch.randn(64, n, device="cuda").to(dtype)
+    got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
+    torch.cuda.synchronize()
+    want = bwd.reference(go.double(), *(x.double() for x in (h, k, v, w_h, w_k)), EPS)
+    assert all(torch.isfinite(x).all() for x in got)
+    _check_grads(got, want, key, f"engram_gate_backward {key} H={n} s=0")
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp32"])
+def test_backward_is_deterministic(key):
+    import tileaot
+
+    h, k, v, w_h, w_k = _inputs((3000, 7168), DTYPES[key], seed=1)
+    go = torch.randn_like(h)
+    first = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
+    second = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
+    torch.cuda.synchronize()
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_autograd_matches_the_backward_op():
+    import tileaot
+
+    h, k, v, w_h, w_k = _inputs((16, 4, 7168), torch.bfloat16, seed=2)
+    leaves = [x.clone().requires_grad_() for x in (h, k, v, w_h, w_k)]
+    out = tileaot.engram_gate(*leaves, EPS)
+    go = torch.randn_like(out)
+    out.backward(go)
+    want = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
+    for leaf, w in zip(leaves, want, strict=True):
+        assert torch.equal(leaf.grad, w)
+    # An expanded (stride-0) incoming gradient goes through too.
+    out = tileaot.engram_gate(*leaves, EPS)
+    out.float().sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in leaves)
+
+
+def test_launch_is_ordered_on_the_callers_stream():
+    """h written on a side stream after a long sleep: a launch on any other stream would read
+    the poisoned h and fail."""
+    import tileaot
+
+    src, k, v, w_h, w_k = _inputs((256, 7168), torch.bfloat16, seed=3)
+    h = torch.full_like(src, float("nan"))
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on the side stream
+        h.copy_(src)
+        out = tileaot.engram_gate(h, k, v, w_h, w_k, EPS)
+        grads = tileaot.engram_gate_backward(torch.ones_like(h), h, k, v, w_h, w_k, EPS)
+    side.synchronize()
+    ref, _ = _reference_module().reference(src, k, v, w_h, w_k, EPS)
+    torch.testing.assert_close(out, ref, rtol=1.6e-2, atol=1e-2)
+    assert all(torch.isfinite(x).all() for x in grads)
+
+
+def test_every_variant_for_this_gpu_was_exercised():
+    from tileaot import _lib
+
+    native = _lib.native()
+    arch = native.device_arch(0)
+    runnable = {
+        v["name"] for v in native.variants() if v["op"] in OPS and _runs_on(v["arch"], arch)
+    }
+    missing = sorted(runnable - SEEN)
+    assert not missing, f"variants never exercised on {arch}: {missing}"
+
+
+def _runs_on(variant_arch: str, device_arch: str) -> bool:
+    def parts(a):
+        d = a[3:].rstrip("a")
+        return int(d[:-1]), int(d[-1]), a.endswith("a")
+
+    vmaj, vmin, vspec = parts(variant_arch)
+    dmaj, dmin, _ = parts(device_arch)
+    return vmaj == dmaj and (vmin == dmin if vspec else vmin <= dmin)

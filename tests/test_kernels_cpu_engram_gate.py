@@ -1,0 +1,231 @@
+"""CPU tests of kernels_py/engram: the engram_gate forward and backward references against
+independent float64 math (torch.nn.functional.rms_norm and autograd), the signed-sqrt floor at
+s = 0, the KernelSpec tables, and lowering smoke tests (need tilelang, no GPU)."""
+
+import importlib.util
+import math
+import os
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernels_py.engram import engram_gate as fwd  # noqa: E402
+from kernels_py.engram import engram_gate_backward as bwd  # noqa: E402
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+EPS = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+class _SignedSqrt(torch.autograd.Function):
+    """sign(s) sqrt(|s|) with the kernels' floored derivative 0.5 / sqrt(max(|s|, 1e-6))."""
+
+    @staticmethod
+    def forward(ctx, s):
+        ctx.save_for_backward(s)
+        return torch.sign(s) * torch.sqrt(s.abs())
+
+    @staticmethod
+    def backward(ctx, grad):
+        (s,) = ctx.saved_tensors
+        return grad * 0.5 / torch.sqrt(s.abs().clamp(min=bwd.S_FLOOR))
+
+
+def forward64(h, k, v, w_h, w_k, eps=EPS, floored=False):
+    """Independent float64 forward: (out, g), differentiable."""
+    n = h.shape[-1]
+    a = torch.nn.functional.rms_norm(h, (n,), w_h, eps)
+    b = torch.nn.functional.rms_norm(k, (n,), w_k, eps)
+    s = torch.einsum("...j,...j->...", a, b) / math.sqrt(n)
+    z = _SignedSqrt.apply(s) if floored else torch.sign(s) * torch.sqrt(s.abs())
+    g = torch.sigmoid(z)
+    return h + g.unsqueeze(-1) * v, g
+
+
+def inputs(shape, dtype, scale_w=0.3):
+    n = shape[-1]
+    h, k, v = (torch.randn(shape).to(dtype) for _ in range(3))
+    w_h = (1 + scale_w * torch.randn(n)).to(dtype)
+    w_k = (1 + scale_w * torch.randn(n)).to(dtype)
+    return h, k, v, w_h, w_k
+
+
+def grads64(go, h, k, v, w_h, w_k, floored=False):
+    """(grad_h, grad_k, grad_v, grad_w_h, grad_w_k) by float64 autograd."""
+    leaves = [x.double().requires_grad_() for x in (h, k, v, w_h, w_k)]
+    out, _ = forward64(*leaves, floored=floored)
+    return torch.autograd.grad(out, leaves, go.double())
+
+
+def rel_err(got, want):
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+# --- forward --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values())
+@pytest.mark.parametrize("shape", [(5, 7), (3, 4, 64), (2, 1000), (1, 2048)])
+def test_forward_reference_matches_float64(dtype, shape):
+    h, k, v, w_h, w_k = inputs(shape, dtype)
+    out, g = fwd.reference(h, k, v, w_h, w_k, EPS)
+    want_out, want_g = forward64(*(x.double() for x in (h, k, v, w_h, w_k)))
+    assert out.dtype == dtype and out.shape == h.shape
+    assert g.dtype == torch.float32 and g.shape == h.shape[:-1]
+    torch.testing.assert_close(g.double(), want_g, rtol=1e-5, atol=1e-6)
+    tol = {torch.bfloat16: 1e-2, torch.float32: 1e-5}[dtype]
+    torch.testing.assert_close(out.double(), want_out, rtol=tol, atol=tol)
+
+
+def test_forward_gate_of_a_zero_row_is_one_half():
+    h, k, v, w_h, w_k = inputs((3, 64), torch.float32)
+    h[1] = 0
+    k[2] = 0
+    out, g = fwd.reference(h, k, v, w_h, w_k, EPS)
+    assert g[1].item() == 0.5 and g[2].item() == 0.5
+    torch.testing.assert_close(out[1], 0.5 * v[1])
+    torch.testing.assert_close(out[2], h[2] + 0.5 * v[2])
+
+
+def test_forward_gate_range_and_sign():
+    h, k, v, w_h, w_k = inputs((64, 256), torch.float32)
+    _, g_same = fwd.reference(h, h, v, w_h, w_h, EPS)  # s = sqrt(H) mean(a^2) > 0
+    _, g_flip = fwd.reference(h, -h, v, w_h, w_h, EPS)
+    assert (g_same > 0.5).all() and (g_flip < 0.5).all()
+    torch.testing.assert_close(g_same + g_flip, torch.ones_like(g_same))  # sigmoid symmetry
+
+
+# --- backward -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(6, 16), (2, 3, 64), (4, 1000)])
+def test_backward_reference_matches_autograd_float64(shape):
+    x = [t.double() for t in inputs(shape, torch.float32)]
+    go = torch.randn(shape, dtype=torch.float64)
+    got = bwd.reference(go, *x, EPS)
+    want = grads64(go, *x)
+    for name, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
+        assert gt.dtype == torch.float64 and gt.shape == w.shape, name
+        torch.testing.assert_close(gt, w, rtol=1e-9, atol=1e-12, msg=f"grad_{name}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values())
+def test_backward_reference_in_working_precision(dtype):
+    """bf16/fp32 inputs, fp32 math: within the tolerance the GPU tests use (1e-2 for bf16
+    outputs, 1e-5 for fp32), normwise per gradient."""
+    h, k, v, w_h, w_k = inputs((8, 4, 512), dtype)
+    go = torch.randn(h.shape).to(dtype)
+    got = bwd.reference(go, h, k, v, w_h, w_k, EPS)
+    want = grads64(go, h, k, v, w_h, w_k)
+    tol = {torch.bfloat16: 1e-2, torch.float32: 1e-5}[dtype]
+    for name, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
+        assert gt.dtype == dtype, name
+        assert rel_err(gt, w) < tol, (name, rel_err(gt, w))
+
+
+def test_backward_at_s_zero_uses_the_documented_floor():
+    """A zero h row and a zero k row have s = 0: gradients are finite and equal autograd of a
+    signed sqrt whose derivative is 0.5 / sqrt(max(|s|, 1e-6))."""
+    x = [t.double() for t in inputs((4, 128), torch.float32)]
+    x[0][1] = 0  # h row 1
+    x[1][2] = 0  # k row 2
+    go = torch.randn(4, 128, dtype=torch.float64)
+    got = bwd.reference(go, *x, EPS)
+    want = grads64(go, *x, floored=True)
+    for name, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
+        assert torch.isfinite(gt).all(), name
+        torch.testing.assert_close(gt, w, rtol=1e-9, atol=1e-9, msg=f"grad_{name}")
+    plain = grads64(go, *x)  # the unfloored derivative is inf * 0 there
+    assert not torch.isfinite(plain[0][1]).all()
+
+
+def test_weight_gradients_share_one_row_sum():
+    """grad_w_h = w_k * P and grad_w_k = w_h * P: their ratio is w_k / w_h."""
+    h, k, v, w_h, w_k = (t.double() for t in inputs((16, 32), torch.float32))
+    go = torch.randn(16, 32, dtype=torch.float64)
+    _, _, _, gwh, gwk = bwd.reference(go, h, k, v, w_h, w_k, EPS)
+    torch.testing.assert_close(gwh * w_h, gwk * w_k)
+
+
+# --- specs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [fwd.SPEC, bwd.SPEC], ids=lambda s: s.op)
+def test_spec_tables(spec):
+    import inspect
+
+    names = [spec.variant_name(k, s) for k in spec.keys for s in spec.specs]
+    assert len(names) == len(set(names))
+    assert {} in [dict(s) for s in spec.specs]
+    assert [spec.key_string(k) for k in spec.keys] == ["bf16", "fp32"]
+    params = inspect.signature(spec.factory).parameters
+    for key in spec.keys:
+        for sp in spec.specs:
+            assert set(key) | set(sp) <= set(params)
+            assert spec.supports("sm_70", key, sp) and spec.supports("sm_100a", key, sp)
+            assert spec.constraints(key, sp) == {}
+
+
+def test_backward_blocks_per_sm_cover_every_static_variant():
+    for key in bwd.SPEC.keys:
+        for sp in bwd.SPEC.specs:
+            if sp:
+                assert (key["dtype"], sp["H"]) in bwd.BLOCKS_PER_SM
+    assert bwd.blocks_per_sm("bfloat16", 1000) == bwd.GENERIC_BLOCKS_PER_SM
+
+
+@pytest.mark.parametrize(
+    ("dtype", "n", "threads"),
+    [("bfloat16", 2048, 256), ("bfloat16", 4096, 256), ("bfloat16", 7168, 128),
+     ("float32", 7168, 256)],
+)  # fmt: skip
+def test_row_threads(dtype, n, threads):
+    assert fwd.row_threads(n, 16 // fwd.ITEMSIZE[dtype]) == threads
+
+
+def test_factories_reject_bad_keys():
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        fwd.factory(arch="sm_90a", dtype="float16")
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        bwd.factory(arch="sm_90a", dtype="float16")
+
+
+# --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
+
+needs_tilelang = pytest.mark.skipif(
+    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
+)
+
+
+def _lower(func, arch, name):
+    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
+    import tilelang
+    from tilelang import tvm
+    from tvm.target import Target
+
+    target = Target({"kind": "cuda", "arch": arch})
+    with tvm.transform.PassContext(opt_level=3), target:
+        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
+
+
+@needs_tilelang
+def test_lower_forward_static_row_in_registers_with_16_byte_access():
+    src = _lower(fwd.factory(arch="sm_100a", dtype="bfloat16", H=7168), "sm_100a", "eg_test")
+    assert src.count("*(uint4*)(h + ") == 1 and "*(uint4*)(out + " in src  # one load loop
+    assert src.count("AllReduce<tl::SumOp, 128") == 3
+    # No 32-byte global accesses on sm_100a (32-byte register vectors are fine).
+    assert not re.search(r"\*\(u?longlong4\*\)\((h|k|v|w_h|w_k|out) ", src)
+
+
+@needs_tilelang
+def test_lower_backward_two_kernels_and_launch_bounds():
+    src = _lower(bwd.factory(arch="sm_90a", dtype="bfloat16", H=7168), "sm_90a", "egb_test")
+    assert "__launch_bounds__(128, 3) egb_test_kernel(" in src
+    assert "egb_test_kernel_1(" in src  # the weight-gradient reduction
+    assert "atomic" not in src.lower()
