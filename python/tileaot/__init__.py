@@ -24,6 +24,7 @@ from .gemm import gemm
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .per_block_cast_fp8 import per_block_cast_fp8
+from .per_token_cast_fp4 import per_token_cast_fp4
 from .per_token_cast_fp8 import per_token_cast_fp8
 from .rms_norm import rms_norm
 from .sinkhorn_normalize import sinkhorn_normalize
@@ -49,6 +50,7 @@ __all__ = [
     "moe_expand",
     "moe_reduce",
     "per_block_cast_fp8",
+    "per_token_cast_fp4",
     "per_token_cast_fp8",
     "rms_norm",
     "sinkhorn_normalize",
