@@ -84,6 +84,7 @@ CAST_SHAPES = [
     (37, 4096, None),
     (19, 1000, None),
     (5, 7, None),
+    (262_147, 128, 128),  # more row tiles than gridDim.y allows: rows must ride gridDim.x
 ]
 
 
@@ -96,6 +97,10 @@ def test_per_token_cast_fp8(key, m, n, group):
     x = _randn((m, n), dtype, 10.0)
     x[0, : min(n, 256)] = 0  # a zero group (a zero row when n <= 256) must not give NaN
     x[-1, -1] = 1e4 if key != "fp16" else 6e4  # a large value saturates correctly
+    # Signed zeros and tiny values next to a large one: quotients that are ±0 in e4m3, whose
+    # sign the division-free quotient must keep.
+    big = 1e4 if key != "fp16" else 6e4
+    x[-1, :6] = torch.tensor([-0.0, 1e-38, -1e-38, 1e-30, -1e-30, big], dtype=dtype)
     cols = n // 128 if group else 1
     q = torch.full((m, n), 0xFF, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
     scale = torch.full((m, cols), float("nan"), device="cuda")

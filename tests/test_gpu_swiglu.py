@@ -62,6 +62,8 @@ def _nan(shape, dtype):
 # (M, H): the static H (2048, 4096, 7168), generic H with 16-byte access (1408, 96), generic H
 # with scalar access (1001 always, 4100 for 2-byte dtypes), tiles that don't divide M or H.
 SW_SHAPES = [(1, 2048), (37, 4096), (129, 7168), (3, 1408), (5, 1001), (7, 4100), (300, 96)]
+# More row tiles than gridDim.y allows (65535 x 4 rows): rows must ride gridDim.x.
+SW_SHAPES.append((262_147, 128))
 
 
 @pytest.mark.parametrize("key", ["bf16", "fp16", "fp32"])
@@ -104,7 +106,7 @@ def test_swiglu_leading_dims_and_allocation():
 # ---------------------------------------------------------------- swiglu_per_token_cast_fp8
 # (M, H): static H (2048, 4096, 7168), generic H (1408 = 11 groups, a partial block of 8
 # groups; 256; 18432), M not a multiple of the 4-row tile.
-FQ_SHAPES = [(1, 2048), (37, 7168), (130, 4096), (5, 1408), (300, 256), (3, 18432)]
+FQ_SHAPES = [(1, 2048), (37, 7168), (130, 4096), (5, 1408), (300, 256), (3, 18432), (262_147, 128)]
 SCALE_RTOL = 2**-16
 MAX_OFF_FRACTION = 1e-3
 

@@ -75,7 +75,8 @@ def _kernel(dtype: str, h: int | None):
         x: T.Tensor((M, 2 * H), dtype),
         y: T.Tensor((M, H), dtype),
     ):
-        with T.Kernel(T.ceildiv(H, cols), T.ceildiv(M, ROWS), threads=THREADS) as (bc, bm):
+        # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
+        with T.Kernel(T.ceildiv(M, ROWS), T.ceildiv(H, cols), threads=THREADS) as (bm, bc):
             if h is not None:
                 vec_tile(x, y, bc, bm)
             elif H % vec == 0:

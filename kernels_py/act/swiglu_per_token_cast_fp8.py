@@ -23,12 +23,8 @@ division would make it bit-exact but cost ~13 more instructions per element, whi
 kernel issue-bound (~85 % of copy bandwidth on an H200 instead of memory-bound); the
 standalone ``swiglu`` op keeps the exact formulation.
 
-The quotient ``a / scale`` is exact without a per-element division: per group ``y = 1/scale``
-is refined from ``rcp.approx`` by one Newton step, then per element ``q0 = a * y``,
-``r = fma(q0, scale, -a)``, ``q = fma(-r, y, q0)``. That is the fast path of CUDA's IEEE
-``div.rn.f32`` (taken for all but extreme exponents), written with the residual negated so
-``-0`` keeps its sign: the correctly rounded quotient for every ``|a| >= 2^-100`` (smaller
-quotients are ``±0`` in e4m3 anyway), for 3 instructions instead of ~11.
+The quotient ``a / scale`` is correctly rounded without a per-element division: one
+reciprocal per group and five FP32 ops per element (``kernels_py/quant/quotient.py``).
 
 One kernel, one read of x (and of the weights), one write of q and scale; everything else
 stays in registers. A block of 128 threads owns ``ROWS`` rows x ``GROUPS`` groups; each thread
@@ -50,6 +46,7 @@ aligned). Loops touching global memory carry ``coalesced_width`` = one 16-byte v
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+from ..quant.quotient import quotient, reciprocal
 from ..spec import KernelSpec
 
 DTYPES = ("bfloat16",)
@@ -63,8 +60,8 @@ FLT_MAX = 3.4028234663852886e38
 STATIC_H = (2048, 4096, 7168)
 
 THREADS = 128
-ROWS = 4  # rows per block
-GROUPS = 8  # 128-column groups per block: 4 x 8 x 128 outputs, 32 per thread
+ROWS = 1  # rows per block: 16 fp32 of gate+up per thread keeps registers low (occupancy)
+GROUPS = 8  # 128-column groups per block: 1 x 8 x 128 outputs, 8 per thread
 VEC = 8  # bf16 elements per 16-byte vector
 
 
@@ -106,14 +103,15 @@ def _kernel(dtype: str, h: int | None):
         limit: T.float32,
         weighted: T.int32,
     ):
-        with T.Kernel(T.ceildiv(G, GROUPS), T.ceildiv(M, ROWS), threads=THREADS) as (bg, bm):
+        # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
+        with T.Kernel(T.ceildiv(M, ROWS), T.ceildiv(G, GROUPS), threads=THREADS) as (bm, bg):
             if h is None:
                 # H % 128 == 0 (the variant's constraint) keeps rows 16-byte aligned.
                 T.assume(H % GROUP == 0)
             g = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
             u = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
             s = T.alloc_fragment((ROWS, GROUPS), "float32")  # amax, then the scale
-            y = T.alloc_fragment((ROWS, GROUPS), "float32")  # 1 / scale (Newton-refined)
+            y = T.alloc_fragment((ROWS, GROUPS), "float32")  # RN(1 / scale)
             wr = T.alloc_fragment((ROWS, GROUPS), "float32")  # row weight, per (row, group)
             # Gate and up in separate loops: one loop with both loads halves the vector width.
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
@@ -138,17 +136,11 @@ def _kernel(dtype: str, h: int | None):
             T.reduce_max(u, s, dim=2)  # |a| >= 0, so the -inf start value never survives
             for r, c in T.Parallel(ROWS, GROUPS):
                 s[r, c] = T.ieee_fdiv(T.max(s[r, c], AMAX_FLOOR), FP8_MAX)
-                # div.rn.f32's reciprocal: rcp.approx, one Newton step (fma, fma).
-                y[r, c] = T.fast_rcp(s[r, c])
-                y[r, c] = T.ieee_fmaf(y[r, c], T.ieee_fmaf(-s[r, c], y[r, c], 1.0), y[r, c])
+                y[r, c] = reciprocal(T, s[r, c])
                 if (bm * ROWS + r < M) & (bg * GROUPS + c < G):
                     scale[bm * ROWS + r, bg * GROUPS + c] = s[r, c]
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
-                # Correctly rounded g / s: q0 = g*y, minus the residual (q0*s - g) * y.
-                u[r, c, j] = T.ieee_mul(g[r, c, j], y[r, c])
-                g[r, c, j] = T.ieee_fmaf(
-                    -T.ieee_fmaf(u[r, c, j], s[r, c], -g[r, c, j]), y[r, c], u[r, c, j]
-                )
+                g[r, c, j] = quotient(T, g[r, c, j], s[r, c], y[r, c])
             # A separate cast-and-store loop lets TileLang pair the fp8 conversions (cvt.x2)
             # and store 8 bytes per vector; the conversion saturates at 448 (SATFINITE).
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):

@@ -8,15 +8,17 @@ is). ``reference`` reproduces it bit for bit. Scale layouts, the ones the casts 
 * ``token``    scale ``[M, 1]``: one per row, any N;
 * ``block128`` scale ``[ceil(M / 128), ceil(N / 128)]``: one per 128x128 block, any M, N.
 
-Kernel (the same for every layout but the scale index): a CTA of 256 threads owns 64 rows x
-128 columns (one column group; inside one 128-row block). Thread ``t`` moves one vector of
+Kernel (the same for every layout but the scale index): a CTA of 256 threads owns 32 rows x
+128 columns (one column group; inside one 128-row block; 32 rather than 64 rows: more,
+smaller CTAs measured 2 % faster on an H200, bench/results/2026-11-29-h200-tuning.md).
+Thread ``t`` moves one vector of
 ``16 / sizeof(out)`` elements per row step (8 e4m3 -> 8 bf16, or 4 -> 4 fp32), so each
 store is 16 bytes and a warp's loads and stores cover whole contiguous row segments. All of
 a thread's fp8 loads (and scales) are issued before the first use, then converted,
 multiplied and stored: memory-bound, one read of q, one write of x, the scales from L1.
 A runtime branch takes the vector path when ``N`` is a multiple of the vector (rows stay
 aligned), element-wise access otherwise (``token``/``block128`` with odd N).
-Grid: (column groups, row tiles) = ``(ceil(N/128), ceil(M/64))``; the wrapper splits a call
+Grid: (column groups, row tiles) = ``(ceil(N/128), ceil(M/32))``; the wrapper splits a call
 of more than 65535 row tiles into several launches.
 """
 
@@ -30,7 +32,7 @@ FP8 = "float8_e4m3fn"
 OUT_ITEMSIZE = {"bfloat16": 2, "float32": 4}
 GROUP = 128  # g128 group width; block128 block side; the CTA's column span
 THREADS = 256
-TILE_ROWS = 64  # rows per CTA: divides 128, so a CTA sits inside one 128-row block
+TILE_ROWS = 32  # rows per CTA: divides 128, so a CTA sits inside one 128-row block
 # CTAs per SM the register budget must allow (__launch_bounds__): the default lets nvcc take
 # 84 registers here, 3 CTAs per SM; 8 CTAs (2048 threads, 32 registers) keep 64 KB of loads
 # in flight per SM.

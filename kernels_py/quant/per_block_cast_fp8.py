@@ -22,17 +22,8 @@ wrapper splits calls of more than 65535 row blocks (M > 8,388,480) into several 
 A runtime branch takes the vector path when N is a multiple of the vector (rows stay 16-byte
 aligned) and element-wise access otherwise; static N ({2048, 4096, 7168}) only the former.
 
-Division: ``x / scale`` in IEEE fp32 for every element costs ~10 instructions (MUFU rcp,
-Newton steps, a range check and a branch) and keeps the kernel from streaming. The scale is
-the same for the whole block, so with ``r = RN(1/scale)`` (computed once)::
-
-    y0 = RN(x * r);  y1 = fma(fma(-scale, y0, x), r, y0);  y = fma(fma(-scale, y1, x), r, y1)
-
-y1 is within one ulp of x/scale, so the second residual is exact and, r being the correctly
-rounded reciprocal, ``y == RN(x / scale)`` (Markstein's theorem; no overflow: |x/scale| <=
-448(1+2^-23)). Only quotients below 2^-100 (subnormal residuals) may differ, and those are
-±0 in e4m3 either way: ``copysign(y, x)`` keeps the sign of zero. The CPU tests emulate this
-sequence exactly and compare it with IEEE division on every bf16/fp16 value.
+Division: ``x / scale`` correctly rounded with one reciprocal per block and five FP32 ops per
+element instead of an IEEE division each (``kernels_py/quant/quotient.py`` says why it is exact).
 
 Non-finite x: a NaN element becomes NaN in q (the |x| max ignores it); a block holding ±Inf
 gets an Inf scale and NaN q. The reference (torch) differs there; finite inputs are exact.
@@ -41,6 +32,7 @@ gets an Inf scale and NaN q. The reference (torch) differs there; finite inputs 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..spec import KernelSpec
+from .quotient import quotient, reciprocal
 
 DTYPES = ("bfloat16", "float16", "float32")
 FP8 = "float8_e4m3fn"  # OCP e4m3fn (torch.float8_e4m3fn)
@@ -143,14 +135,11 @@ def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
         s = T.ieee_fdiv(T.max(amax, AMAX_FLOOR), FP8_MAX)
         if tx == 0:
             scale[bm, bn] = s
-        r = T.ieee_frcp(s)
-        # Quantise from registers: y = RN(x / s) by two exact-residual corrections (docstring).
+        r = reciprocal(T, s)
+        # Quantise from registers: y = RN(x / s) by two exact-residual corrections.
         for i in T.unroll(steps):
             for v in T.unroll(vec):
-                xf = T.cast(buf[i * vec + v], "float32")
-                y0 = T.ieee_mul(xf, r)
-                y1 = T.ieee_fmaf(T.ieee_fmaf(-s, y0, xf), r, y0)
-                yq[v] = T.copysign(T.ieee_fmaf(T.ieee_fmaf(-s, y1, xf), r, y1), xf)
+                yq[v] = quotient(T, T.cast(buf[i * vec + v], "float32"), s, r)
             # fp32 -> e4m3 in pairs (__nv_cvt_float2_to_fp8x2, RN, satfinite): a vectorised
             # cast; a scalar one would go through cutlass's own conversion.
             for v in T.vectorized(vec):

@@ -13,9 +13,10 @@ if TYPE_CHECKING:
 _OP = "cast_back_fp8"
 GROUP = 128  # g128 group width and block128 block side
 LAYOUTS = ("g128", "token", "block128")
-# The kernel's CTA owns 64 rows and gridDim.y stops at 65535: taller inputs are cut into
-# launches of at most 65535 * 64 rows, rounded down to a multiple of 128 (whole scale blocks).
-_ROWS_PER_LAUNCH = 65535 * 64 // GROUP * GROUP
+# The kernel's CTA owns 32 rows (kernels_py/quant/cast_back_fp8.py TILE_ROWS) and gridDim.y
+# stops at 65535: taller inputs are cut into launches of at most 65535 * 32 rows, rounded down
+# to a multiple of 128 (whole scale blocks).
+_ROWS_PER_LAUNCH = 65535 * 32 // GROUP * GROUP
 _FP4_MODULE = __name__.rpartition(".")[0] + "._cast_back_fp4"
 _OUT_SHORT: dict[Any, str] = {}  # torch.dtype -> key name, filled on first call
 _KEYS = {(o, lay): f"{o},{lay}" for o in ("bf16", "fp32") for lay in LAYOUTS}
@@ -132,7 +133,7 @@ def cast_back(
     q_ptr, s_ptr, x_ptr = q.data_ptr(), scale.data_ptr(), x.data_ptr()
     s_rows, s_cols = scale.shape
     row_bytes = n * x.element_size()
-    for r0 in range(0, m, _ROWS_PER_LAUNCH):  # one launch unless M > 4,194,176
+    for r0 in range(0, m, _ROWS_PER_LAUNCH):  # one launch unless M > 2,097,024
         rows = min(m - r0, _ROWS_PER_LAUNCH)
         if layout == "block128":
             s_first, s_rows = r0 // GROUP, -(-rows // GROUP)
