@@ -1,6 +1,6 @@
 """Cold start: a fresh interpreter until the first correct result, in separate processes.
 
-    python bench/cold_start.py [--repeats 5] [--tilelang]
+    python bench/cold_start.py [--repeats 5] [--tilelang] [--json cold_start.json]
 
 Reports the median wall time of: `import torch` alone (to subtract), and import + first
 correct `rms_norm` result for tileaot and (with --tilelang, if importable) TileLang's JIT of
@@ -10,6 +10,7 @@ the same kernels_py factory with an empty and with a warm cache.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -18,6 +19,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Row names, also read by bench/targets.py.
+TORCH_ROW = "import torch + CUDA init + inputs"
+TILEAOT_ROW = "tileaot: import + first rms_norm"
+JIT_COLD_ROW = "tilelang JIT, empty cache"
+JIT_WARM_ROW = "tilelang JIT, warm cache"
 
 # Each script times up to its first result on the GPU (synchronised); checking the result
 # comes after the clock stops, so torch's own first-use costs of the check are not counted.
@@ -69,34 +76,43 @@ def run(code: str, env: dict) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def median_of(code: str, env: dict, repeats: int) -> float:
-    return statistics.median(run(code, env) for _ in range(repeats))
+def sample(args, env: dict, cache: str) -> dict[str, list[float]]:
+    """`args.repeats` rounds of every start, interleaved so that drift hits all alike."""
+    run(TORCH_ONLY, env)  # not counted: reads torch from disk into the OS file cache
+    scripts = {TORCH_ROW: TORCH_ONLY, TILEAOT_ROW: TILEAOT}
+    if args.tilelang:
+        scripts |= {JIT_COLD_ROW: TILELANG_JIT, JIT_WARM_ROW: TILELANG_JIT}
+    samples: dict[str, list[float]] = {name: [] for name in scripts}
+    for i in range(args.repeats):
+        for name, code in scripts.items():
+            # TILELANG_CACHE_DIR is where tilelang 0.1.15 keeps compiled kernels (tilelang/env.py,
+            # default ~/.tilelang/cache): a new folder each round is an empty cache; the warm
+            # start reads the folder the first empty-cache start filled.
+            folder = f"{cache}/{i}" if name == JIT_COLD_ROW else f"{cache}/0"
+            samples[name].append(run(code, dict(env, TILELANG_CACHE_DIR=folder)))
+    return samples
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tilelang", action="store_true")
+    parser.add_argument("--json", help="also write the results (medians and samples) here")
     args = parser.parse_args()
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
     )
-    rows = {"import torch + CUDA init + inputs": median_of(TORCH_ONLY, env, args.repeats)}
-    rows["tileaot: import + first rms_norm"] = median_of(TILEAOT, env, args.repeats)
-    if args.tilelang:
-        with tempfile.TemporaryDirectory() as cache:
-            cold = []
-            for i in range(args.repeats):
-                cold.append(run(TILELANG_JIT, dict(env, TILELANG_CACHE_DIR=f"{cache}/{i}")))
-            rows["tilelang JIT, empty cache"] = statistics.median(cold)
-            rows["tilelang JIT, warm cache"] = median_of(
-                TILELANG_JIT, dict(env, TILELANG_CACHE_DIR=f"{cache}/0"), args.repeats
-            )
-    base = rows["import torch + CUDA init + inputs"]
+    with tempfile.TemporaryDirectory() as cache:
+        samples = sample(args, env, cache)
+    rows = {name: statistics.median(values) for name, values in samples.items()}
+    base = rows[TORCH_ROW]
     for name, seconds in rows.items():
-        extra = "" if name.startswith("import torch") else f"  (+{seconds - base:.3f} s)"
+        extra = "" if name == TORCH_ROW else f"  (+{seconds - base:.3f} s)"
         print(f"cold start, {name:36s} {seconds:7.3f} s{extra}")
+    if args.json:
+        result = {"repeats": args.repeats, "rows": rows, "samples": samples}
+        Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
 
 

@@ -1,0 +1,253 @@
+"""TileLang's JIT of the same kernels_py factory next to tileaot, for every bench case.
+
+    python bench/jit_compare.py [--json results.json] [--match REGEX]
+
+Needs a GPU, torch, triton and an importable tilelang (a build-time dependency; on the GPU
+machine it is carried, see scripts/gpu_check.sh). For each case of bench/ops/*.py, the tileaot
+call is run once with the native module's `launch` recorded: that gives the variant the runtime
+picked (`_C.select`), its arguments (pointers, flat shapes, scalars) and so the exact kernel to
+JIT-compile: the same factory with the same key and specialisation, traced for the same
+target. The JIT kernel then runs on the very same buffers. Reported per case: both kernel
+times (median of CUDA-event timings with L2 flushed, bench/timing.py), whether the outputs are
+bit-identical, and the host cost per call of each on a tiny input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kernels_py
+
+import tileaot  # noqa: E402
+from run import load_cases, median_us  # noqa: E402  (bench/ is sys.path[0] for a script)
+from tileaot import _lib  # noqa: E402
+
+# DLPack-free view of a raw device pointer: torch understands __cuda_array_interface__, whose
+# type strings have no bf16/fp8, so those are read as same-size integers and reinterpreted.
+_CAI = {
+    "float32": ("<f4", None),
+    "float16": ("<f2", None),
+    "bfloat16": ("<i2", torch.bfloat16),
+    "float8_e4m3fn": ("|u1", torch.float8_e4m3fn),
+    "float8_e4m3": ("|u1", torch.float8_e4m3fn),
+    "int32": ("<i4", None),
+    "int64": ("<i8", None),
+    "uint8": ("|u1", None),
+}
+
+
+class _Cai:
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str):
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+        }
+
+
+def tensor_at(ptr: int, shape: tuple[int, ...], dtype: str) -> torch.Tensor:
+    typestr, view = _CAI[dtype]
+    t = torch.as_tensor(_Cai(ptr, shape, typestr), device="cuda")
+    return t.view(view) if view is not None else t
+
+
+class Recorder:
+    """The native module with `launch` recorded (and still performed)."""
+
+    def __init__(self, native):
+        self._native = native
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        return getattr(self._native, name)
+
+    def launch(self, handle, device, stream, ptrs, shapes, scalars):
+        self.calls.append((handle, device, tuple(ptrs), tuple(shapes), tuple(scalars)))
+        return self._native.launch(handle, device, stream, ptrs, shapes, scalars)
+
+
+def record(fn) -> list[tuple]:
+    native = _lib.native()
+    rec = Recorder(native)
+    _lib._native = rec
+    try:
+        fn()
+    finally:
+        _lib._native = native
+    torch.cuda.synchronize()
+    return rec.calls
+
+
+def _points() -> dict:
+    from build_tools.matrix import enumerate_variants
+    from kernels_py import all_specs
+
+    arch = _lib.native().device_arch(0)
+    return {p.name: p for p in enumerate_variants(all_specs(), (arch,), ("*",))}, arch
+
+
+def _params(point, arch: str) -> list[dict]:
+    """The variant's parameters (name, kind, dtype, shape) in prim_func order."""
+    return _manifest_params()[(point.name, arch)]
+
+
+_MANIFEST: dict | None = None
+
+
+def _manifest_params() -> dict:
+    global _MANIFEST
+    if _MANIFEST is None:
+        path = Path(__file__).resolve().parents[1] / "build" / "gpu" / "gen" / "manifest.json"
+        data = json.loads(path.read_text())
+        _MANIFEST = {(v["name"], v["arch"]): v["params"] for v in data["variants"]}
+    return _MANIFEST
+
+
+def _jit(point, arch: str, overrides: dict):
+    import importlib
+    import inspect
+
+    import tilelang
+    from tvm.target import Target
+
+    # 'NAME' is a constant of the op's kernel file; 'package.module.NAME' one of a helper module.
+    targets = {}
+    for dotted in overrides:
+        owner, _, name = dotted.rpartition(".")
+        module = importlib.import_module(owner) if owner else inspect.getmodule(point.spec.factory)
+        targets[dotted] = (module, name)
+    saved = {dotted: getattr(m, name) for dotted, (m, name) in targets.items()}
+    try:
+        for dotted, (module, name) in targets.items():
+            setattr(module, name, overrides[dotted])
+        func = point.spec.factory(arch, **point.key, **point.specialisation)
+    finally:
+        for dotted, (module, name) in targets.items():
+            setattr(module, name, saved[dotted])
+    return tilelang.compile(func, target=Target({"kind": "cuda", "arch": arch}))
+
+
+class JitCase:
+    """One recorded tileaot launch, replayed through TileLang's JIT kernel of the same variant."""
+
+    _compiled: dict[str, object] = {}
+
+    def __init__(self, call: tuple, points: dict, arch: str, overrides: dict | None = None):
+        """`overrides`: module constants of the op's kernel file to patch while tracing (tuning)."""
+        handle, device, ptrs, shapes, scalars = call
+        self.variant = _lib.native().select(handle, device, list(shapes))
+        point = points[self.variant]
+        params = _params(point, arch)
+        cache_key = (self.variant, repr(sorted((overrides or {}).items())))
+        if cache_key not in self._compiled:
+            self._compiled[cache_key] = _jit(point, arch, overrides or {})
+        self.kernel = self._compiled[cache_key]
+        args, tensors, it_ptr, it_dim, it_sc = [], [], iter(ptrs), iter(shapes), iter(scalars)
+        for p in params:
+            if p["kind"] == "tensor":
+                shape = tuple(next(it_dim) for _ in p["shape"])
+                t = tensor_at(next(it_ptr), shape, p["dtype"])
+                args.append(t)
+                tensors.append(t)
+            else:  # the native module takes every scalar as a double; the JIT checks types
+                value = next(it_sc)
+                args.append(int(value) if p["dtype"].startswith(("int", "uint")) else value)
+        self.args, self.tensors = args, tensors
+
+    def __call__(self):
+        self.kernel(*self.args)
+
+
+def compare_case(label: str, size: str, make, points, arch) -> dict:
+    ours, _, _, _ = make()
+    calls = record(ours)
+    jits = [JitCase(c, points, arch) for c in calls]
+    after_ours = [t.clone() for j in jits for t in j.tensors]
+    for j in jits:
+        j()
+    torch.cuda.synchronize()
+    after_jit = [t.clone() for j in jits for t in j.tensors]
+    same = all(
+        torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        for a, b in zip(after_ours, after_jit, strict=True)
+    )
+
+    def jit_all():
+        for j in jits:
+            j()
+
+    t_ours, t_jit = median_us(ours), median_us(jit_all)
+    return {
+        "op": label,
+        "size": size,
+        "variants": [j.variant for j in jits],
+        "tileaot_us": t_ours,
+        "tilelang_jit_us": t_jit,
+        "ratio": t_ours / t_jit,
+        "bit_identical": same,
+    }
+
+
+def host_cost(points, arch) -> dict:
+    from host_profile import per_call_us
+
+    x = torch.randn(4, 4096, device="cuda").bfloat16()
+    w = torch.randn(4096, device="cuda").bfloat16()
+    y = torch.empty_like(x)
+
+    def ours():
+        tileaot.rms_norm(x, w, 1e-6, out=y)
+
+    (jit,) = [JitCase(c, points, arch) for c in record(ours)]
+    kernel, args = jit.kernel, jit.args
+    return {
+        "call": "rms_norm x[4, 4096] bf16, out= (3 tensors)",
+        "tileaot_us": per_call_us(ours),
+        "tilelang_jit_us": per_call_us(lambda: kernel(*args)),
+        "torch_eager_us": per_call_us(lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6)),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--match", default=".", help="only cases whose label matches")
+    args = parser.parse_args()
+    points, arch = _points()
+    rows = []
+    for label, size, make in load_cases():
+        if not re.search(args.match, label):
+            continue
+        try:
+            row = compare_case(label, size, make, points, arch)
+        except Exception as exc:  # one failing case must not hide the others
+            row = {"op": label, "size": size, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        rows.append(row)
+        if args.json:  # after every case: a timeout later must not lose the rows so far
+            Path(args.json).write_text(json.dumps({"kernels": rows}, indent=1))
+        if "error" in row:
+            print(f"{label:48s} {size:16s} ERROR {row['error']}", flush=True)
+        else:
+            print(
+                f"{label:48s} {size:16s} tileaot {row['tileaot_us']:9.1f} us  "
+                f"jit {row['tilelang_jit_us']:9.1f} us  ratio {row['ratio']:.3f}  "
+                f"identical={row['bit_identical']}",
+                flush=True,
+            )
+    host = host_cost(points, arch)
+    print(json.dumps(host))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"kernels": rows, "host": host}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
