@@ -52,6 +52,7 @@ __all__ = [
     "per_block_cast_fp8",
     "per_token_cast_fp4",
     "per_token_cast_fp8",
+    "register_torch_ops",
     "rms_norm",
     "sinkhorn_normalize",
     "sinkhorn_normalize_backward",
@@ -60,6 +61,17 @@ __all__ = [
     "topk_gate",
     "transpose",
 ]
+
+
+def register_torch_ops() -> None:
+    """Register every op as a torch custom op, ``torch.ops.tileaot.<op>`` (this imports torch).
+
+    For ``torch.compile(fullgraph=True)`` (which then also traces ``tileaot.<op>`` calls as the
+    ops), ``torch.export`` and CUDA graphs. The same as ``import tileaot.torch_ops`` (see its
+    docstring); calling it again does nothing.
+    """
+    from . import torch_ops  # noqa: F401  (importing it registers)
+
 
 # Names served by __getattr__: the native module's exceptions, and the version (importlib's
 # metadata reader costs ~18 ms, so it is read on first access, not at import).

@@ -1,0 +1,43 @@
+"""Backward formulas of the differentiable ops, in terms of the backward custom ops.
+
+Both are traceable (no ``data_ptr``, no launch): under ``torch.compile`` AOTAutograd traces them
+into the backward graph, where the backward op is one opaque node like the forward. The eager
+`torch.autograd.Function`s in ``tileaot.sinkhorn_normalize`` / ``tileaot.engram_gate`` do the same
+for plain wrapper calls; the custom ops cannot reuse them (a custom op's forward must be the op).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def register_autograd(defs: dict[str, Any]) -> None:
+    defs["sinkhorn_normalize"].register_autograd(
+        _sinkhorn_normalize_backward, setup_context=_sinkhorn_normalize_setup
+    )
+    defs["engram_gate"].register_autograd(_engram_gate_backward, setup_context=_engram_gate_setup)
+
+
+def _sinkhorn_normalize_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    logits, ctx.repeat, ctx.eps = inputs
+    ctx.save_for_backward(logits)  # the backward kernel recomputes the forward from logits
+
+
+def _sinkhorn_normalize_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    (logits,) = ctx.saved_tensors
+    grad_logits = torch.ops.tileaot.sinkhorn_normalize_backward(grad, logits, ctx.repeat, ctx.eps)
+    return grad_logits, None, None
+
+
+def _engram_gate_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    *tensors, ctx.eps = inputs
+    ctx.save_for_backward(*tensors)
+    ctx.mark_non_differentiable(output[1])  # the gate is returned for inspection only
+
+
+def _engram_gate_backward(ctx: Any, grad_out: torch.Tensor, grad_gate: Any) -> tuple:
+    grads = torch.ops.tileaot.engram_gate_backward(grad_out, *ctx.saved_tensors, ctx.eps)
+    need = ctx.needs_input_grad
+    return (*(g if need[i] else None for i, g in enumerate(grads)), None)
