@@ -1,16 +1,21 @@
 // A fake libcuda.so.1 for testing the runtime without a GPU: devices from FAKE_CUDA_SM
 // ("8.9,9.0,9.0"), contexts as a thread-local stack, "cubins" that are text lists of kernel names
-// prefixed by their arch (loading one on a device it cannot run on fails as the driver would),
-// and a record of every call in FakeCudaState. FAKE_CUDA_INIT_FAIL=1 makes cuInit fail;
-// FAKE_CUDA_NO_PROC=1 makes cuGetProcAddress_v2 find nothing (tests the dlsym fallback).
+// prefixed by their arch, or real cubins (ELF; arch from the header, kernels from the symbol
+// names), so a real wheel's library runs against it too. Loading an image on a device it cannot
+// run on fails as the driver would; so does launching a function in another device's context.
+// Kernels are never run: every call is recorded in FakeCudaState. FAKE_CUDA_INIT_FAIL=1 makes
+// cuInit fail; FAKE_CUDA_NO_PROC=1 makes cuGetProcAddress_v2 find nothing (tests the dlsym
+// fallback).
 #include "fake_cuda.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -25,11 +30,12 @@ std::vector<Device> g_devices;
 char g_ctx[16];  // primary context i is &g_ctx[i]
 
 struct Module {
-  std::string image;
+  std::string image;  // text, or the ELF bytes of a cubin
   int device;
 };
 struct Function {
   std::string name;
+  int device;  // of its module: a launch in another device's context fails
 };
 
 void load_devices() {
@@ -49,13 +55,63 @@ int current_device() {
   return static_cast<int>(static_cast<char*>(t_ctx_stack.back()) - g_ctx);
 }
 
+bool is_elf(const void* image) {
+  return std::memcmp(image,
+                     "\x7f"
+                     "ELF",
+                     4) == 0;
+}
+
+uint64_t read_le(const unsigned char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
+// The length of an ELF64 image: its section or program header table, whichever ends last (the
+// cubins nvcc and NVRTC write end with one of them).
+size_t elf_size(const unsigned char* e) {
+  const uint64_t sections = read_le(e + 0x28, 8) + read_le(e + 0x3A, 2) * read_le(e + 0x3C, 2);
+  const uint64_t programs = read_le(e + 0x20, 8) + read_le(e + 0x36, 2) * read_le(e + 0x38, 2);
+  return static_cast<size_t>(sections > programs ? sections : programs);
+}
+
+// The SM of a cubin from e_flags, as cuobjdump shows it: CUDA ELF ABI version 7 (sm_7x..sm_90a)
+// keeps the SM in bits 0-7 and the "a" (arch-specific) flag in bit 11; version 8 (sm_100 on)
+// keeps the SM in bits 8-15 (its "a" flag is not decoded: treated as arch-specific).
+bool elf_arch(const unsigned char* e, int* sm, bool* specific) {
+  const uint64_t flags = read_le(e + 48, 4);
+  if (e[8] == 7) {
+    *sm = static_cast<int>(flags & 0xff);
+    *specific = (flags & 0x800) != 0;
+  } else {
+    *sm = static_cast<int>(flags >> 8 & 0xff);
+    *specific = true;
+  }
+  return *sm > 0;
+}
+
 // Whether an image for `arch` ("sm_90a", "sm_80") runs on the device, as for real SASS.
 bool image_runs_on(const std::string& image, const Device& d) {
   int number = 0;
-  if (std::sscanf(image.c_str(), "sm_%d", &number) != 1) return false;
-  const bool specific = image.find("a:") != std::string::npos;
+  bool specific = false;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(image.data());
+  if (is_elf(bytes)) {
+    if (!elf_arch(bytes, &number, &specific)) return false;
+  } else {
+    if (std::sscanf(image.c_str(), "sm_%d", &number) != 1) return false;
+    specific = image.find("a:") != std::string::npos;
+  }
   const int major = number / 10, minor = number % 10;
   return major == d.major && (specific ? minor == d.minor : minor <= d.minor);
+}
+
+// Whether the image has a kernel `name`: a word of the text list, or a NUL-delimited string of
+// the cubin (its symbol names).
+bool has_kernel(const std::string& image, const char* name) {
+  if (!is_elf(image.data())) return image.find(std::string(" ") + name) != std::string::npos;
+  const std::string symbol = std::string(1, '\0') + name + '\0';
+  return image.find(symbol) != std::string::npos;
 }
 
 }  // namespace
@@ -66,6 +122,53 @@ using CUresult = int;
 
 FakeCudaState* fake_cuda_state() { return &g_state; }
 void* fake_cuda_primary_ctx(int device) { return &g_ctx[device]; }
+
+static int* fake_cuda_field(const char* field) {
+  struct Field {
+    const char* name;
+    int* value;
+  };
+  const Field fields[] = {
+      {"init_calls", &g_state.init_calls},
+      {"retains", &g_state.retains},
+      {"pushes", &g_state.pushes},
+      {"pops", &g_state.pops},
+      {"module_loads", &g_state.module_loads},
+      {"get_functions", &g_state.get_functions},
+      {"n_launches", &g_state.n_launches},
+      {"fail_launch", &g_state.fail_launch},
+      {"fail_module_load", &g_state.fail_module_load},
+      {"load_delay_us", &g_state.load_delay_us},
+  };
+  for (const Field& f : fields) {
+    if (std::strcmp(f.name, field) == 0) return f.value;
+  }
+  return nullptr;
+}
+
+int fake_cuda_get(const char* field) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const int* value = fake_cuda_field(field);
+  return value ? *value : -1;
+}
+
+int fake_cuda_set(const char* field, int value) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  int* slot = fake_cuda_field(field);
+  if (slot == nullptr) return -1;
+  __atomic_store_n(slot, value, __ATOMIC_RELAXED);
+  return 0;
+}
+
+int fake_cuda_launch_device(int i) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return static_cast<int>(static_cast<char*>(g_state.launches[i % 256].ctx) - g_ctx);
+}
+
+long long fake_cuda_launch_stream(int i) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return static_cast<long long>(reinterpret_cast<uintptr_t>(g_state.launches[i % 256].stream));
+}
 
 CUresult cuInit(unsigned int) {
   ++g_state.init_calls;
@@ -90,8 +193,14 @@ CUresult cuGetErrorName(CUresult e, const char** s) {
     case 100:
       *s = "CUDA_ERROR_NO_DEVICE";
       return 0;
+    case 2:
+      *s = "CUDA_ERROR_OUT_OF_MEMORY";
+      return 0;
     case 201:
       *s = "CUDA_ERROR_INVALID_CONTEXT";
+      return 0;
+    case 400:
+      *s = "CUDA_ERROR_INVALID_HANDLE";
       return 0;
     case 209:
       *s = "CUDA_ERROR_NO_BINARY_FOR_GPU";
@@ -112,8 +221,14 @@ CUresult cuGetErrorString(CUresult e, const char** s) {
     case 100:
       *s = "no CUDA-capable device is detected";
       return 0;
+    case 2:
+      *s = "out of memory";
+      return 0;
     case 209:
       *s = "no kernel image is available for execution on the device";
+      return 0;
+    case 400:
+      *s = "invalid resource handle";
       return 0;
     case 701:
       *s = "too many resources requested for launch";
@@ -172,21 +287,27 @@ CUresult cuCtxPopCurrent_v2(void** ctx) {
 CUresult cuModuleLoadData(void** module, const void* image) {
   const int dev = current_device();
   if (dev < 0) return 201;
+  // Outside the lock: two loads racing in the runtime would overlap here.
+  const int delay_us = __atomic_load_n(&g_state.load_delay_us, __ATOMIC_RELAXED);
+  if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
   std::lock_guard<std::mutex> lock(g_mu);
   ++g_state.module_loads;
   if (g_state.fail_module_load) return g_state.fail_module_load;
-  const std::string text = static_cast<const char*>(image);
-  if (!image_runs_on(text, g_devices[dev])) return 209;
-  *module = new Module{text, dev};
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  const std::string copy = is_elf(bytes)
+                               ? std::string(static_cast<const char*>(image), elf_size(bytes))
+                               : std::string(static_cast<const char*>(image));
+  if (!image_runs_on(copy, g_devices[dev])) return 209;
+  *module = new Module{copy, dev};
   return 0;
 }
 
 CUresult cuModuleGetFunction(void** fn, void* module, const char* name) {
   std::lock_guard<std::mutex> lock(g_mu);
   ++g_state.get_functions;
-  const std::string& image = static_cast<Module*>(module)->image;
-  if (image.find(std::string(" ") + name) == std::string::npos) return 500;
-  *fn = new Function{name};
+  const Module& m = *static_cast<Module*>(module);
+  if (!has_kernel(m.image, name)) return 500;
+  *fn = new Function{name, m.device};
   return 0;
 }
 
@@ -202,6 +323,7 @@ CUresult cuFuncSetAttribute(void*, int attr, int value) {
 CUresult cuLaunchKernelEx(const unsigned* config, void* fn, void** params, void** extra) {
   if (current_device() < 0) return 201;
   if (params == nullptr || extra != nullptr) return 1;
+  if (static_cast<Function*>(fn)->device != current_device()) return 400;
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_state.fail_launch) return g_state.fail_launch;
   FakeLaunch& l = g_state.launches[g_state.n_launches++ % 256];

@@ -21,7 +21,15 @@ struct FakeCudaState {
   FakeLaunch launches[256];
   int fail_launch;       // status cuLaunchKernelEx returns (0: success)
   int fail_module_load;  // status cuModuleLoadData returns (0: success)
+  int load_delay_us;     // cuModuleLoadData sleeps this long (widens races in tests)
 };
 
 extern "C" FakeCudaState* fake_cuda_state();
 extern "C" void* fake_cuda_primary_ctx(int device);
+// For tests without this header (Python through ctypes): a counter or setting by its field name
+// ("module_loads", "fail_launch", ...; -1 if unknown), and the device of launch i's context and
+// its stream (launches are kept in a ring of 256).
+extern "C" int fake_cuda_get(const char* field);
+extern "C" int fake_cuda_set(const char* field, int value);
+extern "C" int fake_cuda_launch_device(int i);
+extern "C" long long fake_cuda_launch_stream(int i);

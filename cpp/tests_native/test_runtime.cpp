@@ -5,6 +5,7 @@
 //   FAKE_CUDA_SM=8.9,9.0,9.0 test_runtime fake-init-fail  same, with FAKE_CUDA_INIT_FAIL=1
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -171,6 +172,10 @@ void test_no_driver() {
   EXPECT_ERROR_HAS(kClear);
   EXPECT(tileaot_device_arch(0) == nullptr);
   EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_ERROR_DRIVER);  // the failure is kept
+  // The library stays usable for everything that needs no driver.
+  EXPECT(tileaot_lookup("gemm", "bf16") == gemm && tileaot_num_variants() == 9);
+  EXPECT(std::strcmp(tileaot_variant_field(3, "name"), "rms_norm_bf16_n4096") == 0);
+  EXPECT(tileaot_launch(rms, 0, nullptr, kPtrs, 2, s.data(), 5, kEps, 1) == TILEAOT_ERROR_INVALID);
 }
 
 // The fake driver's hooks, found in the copy the runtime loaded (the test does not link it).
@@ -243,6 +248,7 @@ void test_fake_gemm(FakeCudaState* st) {
   EXPECT(tileaot_launch(gemm, 0, nullptr, ptrs, 3, s.data(), 6, nullptr, 0) == TILEAOT_ERROR_MISS);
   EXPECT_ERROR_HAS("on device 0 (sm_89)");
   std::printf("gemm on sm_89:\n  %s\n", tileaot_last_error());
+  EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_OK);  // a device without a variant stays usable
 }
 
 void test_fake_launch_failure(FakeCudaState* st) {
@@ -257,6 +263,7 @@ void test_fake_launch_failure(FakeCudaState* st) {
   EXPECT(st->pops == pops + 1);  // context popped on the error path too
   std::printf("launch failure:\n  %s\n", tileaot_last_error());
   st->fail_launch = 0;
+  EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_OK);
 }
 
 // Many threads racing on rows nobody has used: each blob loads exactly once.
@@ -277,8 +284,12 @@ void test_fake_threads(FakeCudaState* st) {
   EXPECT(st->pushes == st->pops);
 }
 
-// A failed module load is reported with the blob's arch and not cached: the next call retries.
+// A failed module load (out of memory, no image for the GPU) is reported with the blob's arch
+// and not cached: the next call retries, and works.
 void test_fake_module_failure(FakeCudaState* st) {
+  st->fail_module_load = 2;
+  EXPECT(launch_rms(rms, 2, 3, 4096) == TILEAOT_ERROR_DRIVER);
+  EXPECT_ERROR_HAS("cuModuleLoadData failed: CUDA_ERROR_OUT_OF_MEMORY");
   st->fail_module_load = 209;
   EXPECT(launch_rms(rms, 2, 3, 4096) == TILEAOT_ERROR_DRIVER);
   EXPECT(std::string(tileaot_last_error()) ==
@@ -288,6 +299,64 @@ void test_fake_module_failure(FakeCudaState* st) {
   std::printf("module load failure:\n  %s\n", tileaot_last_error());
   st->fail_module_load = 0;
   EXPECT(launch_rms(rms, 2, 3, 4096) == TILEAOT_OK);
+}
+
+void* stream_of(int device) { return reinterpret_cast<void*>(uintptr_t{0x1000} + device); }
+
+// Runs fn(t) on `n` threads released together (each spins until all have started).
+template <typename Fn>
+void run_together(int n, Fn fn) {
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([t, n, &ready, &fn] {
+      ready.fetch_add(1);
+      while (ready.load() < n) std::this_thread::yield();
+      fn(t);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+}
+
+// Eight threads released together on a variant no call has used on this device, its module load
+// slowed down so that all of them arrive while it runs: one load, one lookup per kernel, one
+// shared-memory opt-in, and every launch done in the device's own context.
+void test_fake_first_load_race(FakeCudaState* st) {
+  const int loads = st->module_loads, lookups = st->get_functions, attrs = st->set_attrs;
+  const int before = st->n_launches;
+  std::vector<int64_t> s = gemm_shapes(256, 256, 512);
+  std::vector<int> rc(8, -1);
+  st->load_delay_us = 20000;
+  run_together(8, [&](int t) {
+    rc[t] = tileaot_launch(gemm, 2, stream_of(2), kPtrs, 3, s.data(), 6, nullptr, 0);
+  });
+  st->load_delay_us = 0;
+  for (int r : rc) EXPECT(r == TILEAOT_OK);
+  EXPECT(st->module_loads == loads + 1 && st->get_functions == lookups + 2);
+  EXPECT(st->set_attrs == attrs + 1 && st->n_launches == before + 16);
+  for (int i = before; i < st->n_launches; ++i) {
+    EXPECT(st->launches[i % 256].ctx == fake_primary_ctx(2));
+  }
+}
+
+// Threads launching on two devices at once: each launch runs in the context of the device it
+// named (the stream tells which), with that device's functions (the fake refuses others).
+void test_fake_two_devices_at_once(FakeCudaState* st) {
+  const int before = st->n_launches;
+  std::vector<int> failures(8, 0);
+  run_together(8, [&](int t) {
+    for (int i = 0; i < 25; ++i) {
+      const int device = (t + i) % 2;
+      failures[t] += launch_rms(rms, device, 1 + i, 1024, stream_of(device)) != TILEAOT_OK;
+    }
+  });
+  for (int f : failures) EXPECT(f == 0);
+  EXPECT(st->n_launches == before + 200 && st->pushes == st->pops);
+  for (int i = before; i < st->n_launches; ++i) {
+    const FakeLaunch& l = st->launches[i % 256];
+    EXPECT(l.ctx ==
+           fake_primary_ctx(static_cast<int>(reinterpret_cast<uintptr_t>(l.stream) - 0x1000)));
+  }
 }
 
 // Host cost of one launch through the C ABI (selection, cache lookups, fake driver call).
@@ -317,6 +386,8 @@ int main(int argc, char** argv) {
     test_fake_gemm(st);
     test_fake_launch_failure(st);
     test_fake_threads(st);
+    test_fake_first_load_race(st);
+    test_fake_two_devices_at_once(st);
     test_fake_module_failure(st);
     report_launch_cost();
   } else if (mode == "fake-init-fail") {

@@ -167,13 +167,19 @@ def moe_expand(
     scratch = torch.empty(totals_at + e, dtype=torch.int32, device=x.device)
     counts_ptr = scratch.data_ptr()
     totals_ptr = counts_ptr + totals_at * 4
+
+    # H == 0: x and x_sorted are empty (NULL pointers, which the runtime refuses) while the
+    # routing outputs are not; the copy kernels get no column blocks and never touch them.
+    def ptr(tensor):
+        return tensor.data_ptr() or counts_ptr
+
     if fp8:
         g = h // GROUP
-        ptrs = (x.data_ptr(), x_scale.data_ptr(), idx.data_ptr(), x_sorted.data_ptr())
-        ptrs += (outs[3].data_ptr(), offsets.data_ptr(), token_pos.data_ptr())
+        ptrs = (ptr(x), ptr(x_scale), idx.data_ptr(), ptr(x_sorted))
+        ptrs += (ptr(outs[3]), offsets.data_ptr(), token_pos.data_ptr())
         shapes = (t, h, t, g, t, k, rows, h, rows, g, e + 1, t, k, chunks, e, e)
     else:
-        ptrs = (x.data_ptr(), idx.data_ptr(), x_sorted.data_ptr(), offsets.data_ptr())
+        ptrs = (ptr(x), idx.data_ptr(), ptr(x_sorted), offsets.data_ptr())
         ptrs += (token_pos.data_ptr(),)
         shapes = (t, h, t, k, rows, h, e + 1, t, k, chunks, e, e)
     _lib.native().launch(

@@ -78,6 +78,10 @@ def moe_reduce(
     _dtype(token_pos, "token_pos", (torch.int32,))
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else y_dtype
+        if out_dtype not in floats:  # out's own dtype, which nothing below checks
+            raise TypeError(
+                f"out has dtype {out_dtype}; moe_reduce writes torch.bfloat16 or torch.float32"
+            )
     elif out_dtype not in floats:
         raise TypeError(
             f"out_dtype must be torch.bfloat16 or torch.float32 (or None); got {out_dtype!r}"

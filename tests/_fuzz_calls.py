@@ -1,0 +1,666 @@
+"""Valid calls of every public op, drawn at random, for the fuzz tests (tests/test_fuzz.py).
+
+A builder draws the sizes and options of one valid call of its op and describes each tensor
+argument (a *slot*): the name error messages use for it, the dtypes it may take with every
+other argument fixed, and the dims no other value may take. test_fuzz.py then breaks one thing
+at a time. The rules are written from each op's docstring, not from its code, so a wrapper that
+checks less (or other things) than it documents shows up as a failing example.
+
+`Draw.huge` builds the call from meta tensors whose sizes may pass 2**31 (shapes without
+memory); the fuzz test decides from the shapes alone whether such a call must be refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+E4M3, U8, I32 = torch.float8_e4m3fn, torch.uint8, torch.int32
+FLOATS = (BF16, FP16, FP32)
+BAD_EPS = [-1e-6, math.nan, math.inf, "1e-6", True, None]
+
+
+@dataclass
+class Slot:
+    """One tensor argument of a call; `dtypes` are those it may take (or that switch the op to
+    another mode: the fuzz test never mutates a slot into them)."""
+
+    name: str
+    dtypes: tuple
+    bound: tuple[int, ...] = ()  # dims whose every other value makes the call invalid
+    fixed_rank: bool = True  # adding or dropping a dim makes the call invalid
+    optional: bool = False  # None is a valid value
+    unused: bool = False  # checked but never handed to a kernel
+
+
+@dataclass
+class Call:
+    args: dict[str, Any]
+    returns: list  # (shape, dtype) of each returned tensor (None: a None in the result)
+    launches: bool  # whether the call launches a kernel (some output element to write)
+    slots: dict[tuple, Slot] = field(default_factory=dict)
+    bad: dict[str, list] = field(default_factory=dict)  # non-tensor argument -> refused values
+    check: Callable[[Any], None] | None = None  # GPU: asserts the result against the reference
+
+    def slot(self, path: tuple, *args: Any, **kwargs: Any) -> None:
+        self.slots[path] = Slot(*args, **kwargs)
+
+
+class Draw:
+    """Random choices of one call; tensors are CPU, CUDA or (huge) meta tensors."""
+
+    def __init__(self, data: Any, device: str, huge: bool = False) -> None:
+        self._data, self.huge = data, huge
+        self.device = "meta" if huge else device
+        self._huge_drawn = False  # one huge size per call: meta tensors still need nbytes < 2**63
+
+    def pick(self, options: Any) -> Any:
+        return self._data.draw(st.sampled_from(options))
+
+    def flag(self) -> bool:
+        return self._data.draw(st.booleans())
+
+    def int(self, lo: int, hi: int) -> int:
+        return self._data.draw(st.integers(lo, hi))
+
+    def size(self, hi: int, *, lo: int = 0, step: int = 1, big: bool = True) -> int:
+        """`step` times an int in [lo, hi]; with `huge`, maybe (once) 2**30 or 2**31 (multiples
+        of every step used here) for sizes no other rule bounds."""
+        if self.huge and big and not self._huge_drawn and self.flag():
+            self._huge_drawn = True
+            return self.pick([2**30, 2**31])
+        return step * self.int(lo, hi)
+
+    def lead(self, max_dims: int, hi: int = 4) -> tuple[int, ...]:
+        return tuple(self.size(hi) for _ in range(self.int(0, max_dims)))
+
+    def randn(self, shape: tuple, dtype: Any, scale: float = 1.0) -> torch.Tensor:
+        if self.huge:
+            return torch.empty(shape, dtype=dtype, device="meta")
+        return (torch.randn(shape, device=self.device) * scale).to(dtype)
+
+    def randint(self, lo: int, hi: int, shape: tuple, dtype: Any = I32) -> torch.Tensor:
+        if self.huge:
+            return torch.empty(shape, dtype=dtype, device="meta")
+        return torch.randint(lo, hi, shape, dtype=dtype, device=self.device)
+
+    def empty(self, shape: tuple, dtype: Any) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device=self.device)
+
+    def outs(self, call: Call, specs: list[tuple[str, tuple, Any]], *, pair: bool = True) -> bool:
+        """Maybe pass `out=`: one tensor (pair=False) or a tuple, one per (name, shape, dtype).
+        Never with meta tensors: they all start at address 0, so any two would overlap."""
+        if self.huge or not self.flag():
+            return False
+        tensors = [self.empty(shape, dtype) for _, shape, dtype in specs]
+        call.args["out"] = tuple(tensors) if pair else tensors[0]
+        for i, (name, shape, dtype) in enumerate(specs):
+            path = ("out", i) if pair else ("out",)
+            call.slot(path, name, (dtype,), every(shape), optional=not pair)
+        return True
+
+
+def every(shape: tuple) -> tuple[int, ...]:
+    return tuple(range(len(shape)))
+
+
+def _ref(module: str) -> Callable:
+    import importlib
+
+    return importlib.import_module(f"kernels_py.{module}").reference
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """`t` as integers of its width: bit-exact comparisons that NaN cannot fool."""
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _same_bits(got: Any, want: Any) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and torch.equal(bits(g), bits(w.to(g.dtype))), (g, w)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> None:
+    torch.testing.assert_close(got, want.to(got.dtype), rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------- norm, gemm, activations
+def rms_norm(d: Draw) -> Call:
+    dt = d.pick(FLOATS)
+    x = d.randn((*d.lead(2), d.size(80)), dt)
+    w, eps = d.randn((x.shape[-1],), dt), d.pick([0.0, 1e-6, 0.25])
+    c = Call(
+        {"x": x, "weight": w, "eps": eps}, [(x.shape, dt)], x.numel() > 0, bad={"eps": BAD_EPS}
+    )
+    out = d.outs(c, [("out", x.shape, dt)], pair=False)
+    c.slot(("x",), "x", (dt,), every(x.shape) if out else (x.dim() - 1,), fixed_rank=out)
+    c.slot(("weight",), "weight", (dt,), (0,))
+    tol = {BF16: (1.6e-2, 1e-2), FP16: (2e-3, 1e-3), FP32: (1e-5, 1e-5)}[dt]  # tests/test_gpu.py
+    c.check = lambda y: _close(y, _ref("norm.rms_norm")(x, w, eps), *tol)
+    return c
+
+
+def gemm(d: Draw) -> Call:
+    dt = d.pick((BF16, FP16))
+    m, n, k = d.size(40), d.size(8, step=8), d.size(8, step=8)
+    a, b = d.randn((m, k), dt), d.randn((n, k), dt)
+    c = Call({"a": a, "b": b}, [((m, n), dt)], m * n * k > 0)
+    out = d.outs(c, [("out", (m, n), dt)], pair=False)
+    c.slot(("a",), "a", (dt,), (0, 1) if out else (1,))
+    c.slot(("b",), "b", (dt,), (0, 1))
+
+    def check(y: torch.Tensor) -> None:  # fp32 accumulation, other order (tests/test_gpu.py)
+        ref = _ref("gemm.gemm")(a, b).float()
+        assert ((y.float() - ref).norm() <= 1e-2 * ref.norm()).item()
+
+    c.check = check
+    return c
+
+
+def swiglu(d: Draw) -> Call:
+    dt = d.pick(FLOATS)
+    lead, h = d.lead(2), d.size(70)
+    x = d.randn((*lead, 2 * h), dt, 4.0)
+    c = Call({"x": x}, [((*lead, h), dt)], math.prod(lead) * h > 0)
+    out = d.outs(c, [("out", (*lead, h), dt)], pair=False)
+    c.slot(
+        ("x",),
+        "x",
+        (dt,) if out else FLOATS,
+        every(x.shape) if out else (x.dim() - 1,),
+        fixed_rank=out,
+    )
+    c.check = lambda y: _same_bits([y], [_ref("act.swiglu")(x)])  # tests/test_gpu_swiglu.py
+    return c
+
+
+def swiglu_per_token_cast_fp8(d: Draw) -> Call:
+    m, h = d.size(30), d.size(3, step=128)
+    x = d.randn((m, 2 * h), BF16, 4.0)
+    w = d.randn((m,), FP32) if d.flag() else None
+    clamp = d.pick([None, 7.0, 1e-3])
+    groups = h // 128
+    c = Call(
+        {"x": x, "weights": w, "clamp": clamp},
+        [((m, h), E4M3), ((m, groups), FP32)],
+        m * h > 0,
+        bad={"clamp": [0.0, -1.0, math.inf, math.nan, 1e39, "7", True]},
+    )
+    out = d.outs(c, [("out[0] (q)", (m, h), E4M3), ("out[1] (scale)", (m, groups), FP32)])
+    c.slot(("x",), "x", (BF16,), (0, 1) if out or w is not None else (1,))
+    if w is not None:
+        c.slot(("weights",), "weights", (FP32,), (0,), optional=True)
+
+    def check(result: Any) -> None:
+        from test_gpu_swiglu import _check_fp8  # its tolerance: fast exp in the kernel
+
+        _check_fp8("fuzz", *result, *_ref("act.swiglu_per_token_cast_fp8")(x, w, clamp))
+
+    c.check = check
+    return c
+
+
+# ---------------------------------------------------------------- casts
+def per_token_cast_fp8(d: Draw) -> Call:
+    dt, mode = d.pick(FLOATS), d.pick(["g128", "none", "n"])
+    m = d.size(40)
+    n = d.size(3, step=128) if mode == "g128" else d.size(300)
+    group = {"g128": 128, "none": None, "n": n}[mode]
+    groups = n // 128 if group == 128 else 1
+    x = d.randn((m, n), dt, 10.0)
+    bad_groups = [g for g in (64, 0, 256, -128, 1) if g not in (128, n)]
+    c = Call(
+        {"x": x, "group_size": group},
+        [((m, n), E4M3), ((m, groups), FP32)],
+        m * n > 0,
+        bad={"group_size": [*bad_groups, "128", 128.0, True]},
+    )
+    out = d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", (m, groups), FP32)])
+    # q has x's shape, and g128 needs N % 128 == 0; but with group_size=N a changed N is
+    # group_size's error.
+    if out:
+        x_bound = (0,) if mode == "n" else (0, 1)
+    else:
+        x_bound = (1,) if mode == "g128" else ()
+    c.slot(("x",), "x", FLOATS, x_bound)
+
+    def check(result: Any) -> None:  # bit-exact (tests/test_gpu.py)
+        q, s = _ref("quant.per_token_cast_fp8")(x, group or n)
+        _same_bits(result, (q, s.reshape(m, groups)))
+
+    c.check = check
+    return c
+
+
+def per_block_cast_fp8(d: Draw) -> Call:
+    dt, m, n = d.pick(FLOATS), d.size(200), d.size(200)
+    x = d.randn((m, n), dt, 10.0)
+    blocks = (-(-m // 128), -(-n // 128))
+    c = Call({"x": x}, [((m, n), E4M3), (blocks, FP32)], m * n > 0)
+    out = d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", blocks, FP32)])
+    c.slot(("x",), "x", FLOATS, (0, 1) if out else ())
+    c.check = lambda result: _same_bits(result, _ref("quant.per_block_cast_fp8")(x))
+    return c
+
+
+def _scale_shape(layout: str, m: int, n: int) -> tuple[int, int]:
+    shapes = {"g128": (m, n // 128), "token": (m, 1), "block128": (-(-m // 128), -(-n // 128))}
+    return shapes[layout]
+
+
+def cast_back(d: Draw) -> Call:
+    """FP8 q; the layout is passed or inferred, group_size passed or not."""
+    layout = d.pick(["g128", "token", "block128"])
+    m = d.size(200)
+    n = d.size(3, step=128) if layout == "g128" else d.size(200)
+    q = d.randn((m, n), FP32, 50.0).to(E4M3)
+    scale = d.randn(_scale_shape(layout, m, n), FP32).abs() + 0.5
+    given = d.flag()
+    group = d.pick([None, n if layout == "token" else 128])
+    out_dtype = d.pick([None, BF16, FP32])
+    out_dt = out_dtype or BF16
+    bad_groups = [g for g in (64, -1, 0) if g not in (128, n)]
+    args = {
+        "q": q,
+        "scale": scale,
+        "layout": layout if given else None,
+        "group_size": group,
+        "out_dtype": out_dtype,
+    }
+    c = Call(
+        args,
+        [((m, n), out_dt)],
+        m * n > 0,
+        bad={
+            "layout": ["g64", "TOKEN", 128],
+            "group_size": [*bad_groups, "128", 1.5, True],
+            "out_dtype": [FP16, "bf16", I32],
+        },
+    )
+    out = d.outs(c, [("out", (m, n), out_dt)], pair=False)
+    # Only a given layout pins the scale's shape (else another layout may fit the new one), and
+    # q's dims only where that layout ties them without rounding (block128 rounds).
+    q_bound = {"g128": (0, 1), "token": (0,), "block128": ()}[layout] if given else ()
+    c.slot(("q",), "q", (E4M3, U8), (0, 1) if out else q_bound)  # uint8: the FP4 path
+    c.slot(("scale",), "scale", (FP32,), (0, 1) if given else ())
+
+    def check(x: torch.Tensor) -> None:  # exact (tests/test_gpu_cast_back.py)
+        _same_bits([x], [_ref("quant.cast_back_fp8")(q, scale, layout, out_dt)])
+
+    c.check = check
+    return c
+
+
+def cast_back_fp4(d: Draw) -> Call:
+    """Packed FP4 q (uint8) through tileaot.cast_back."""
+    g, lead = d.pick([16, 32]), d.lead(2, hi=6)
+    n = d.size(6, step=g)
+    q = d.randint(0, 256, (*lead, n // 2), U8)
+    if d.flag():
+        scale = d.randint(110, 140, (*lead, n // g), U8)  # UE8M0 exponents: 2**-17 .. 2**12
+    else:
+        scale = (d.randn((*lead, n // g), FP32).abs() + 0.1).to(E4M3)
+    out_dtype = d.pick([None, BF16, FP32])
+    out_dt = out_dtype or BF16
+    c = Call(
+        {"q": q, "scale": scale, "group_size": g, "out_dtype": out_dtype},
+        [((*lead, n), out_dt)],
+        q.numel() > 0,
+        bad={"group_size": [8, 64, 0, "32", 32.0, True, None], "out_dtype": [FP16, "bf16"]},
+    )
+    d.outs(c, [("out", (*lead, n), out_dt)], pair=False)
+    c.slot(("q",), "q", (U8, E4M3), every(q.shape))  # float8: the FP8 path
+    c.slot(("scale",), "scale", (U8, E4M3), every(scale.shape))
+
+    def check(x: torch.Tensor) -> None:  # bit-exact (tests/test_gpu_cast_back_fp4.py)
+        rows = (-1, n // 2)  # the reference takes 2-D q and scale
+        want = _ref("quant.cast_back_fp4")(q.reshape(rows), scale.reshape(-1, n // g), g, out_dt)
+        _same_bits([x], [want.reshape(x.shape)])
+
+    c.check = check
+    return c
+
+
+def per_token_cast_fp4(d: Draw) -> Call:
+    dt, g, fmt = d.pick(FLOATS), d.pick([16, 32]), d.pick(["ue8m0", "e4m3"])
+    lead = d.lead(2, hi=6)
+    n = d.size(6, step=g)
+    x = d.randn((*lead, n), dt, 5.0)
+    s_dt = U8 if fmt == "ue8m0" else E4M3
+    q_shape, s_shape = (*lead, n // 2), (*lead, n // g)
+    c = Call(
+        {"x": x, "group_size": g, "scale_format": fmt},
+        [(q_shape, U8), (s_shape, s_dt)],
+        x.numel() > 0,
+        bad={"group_size": [8, 64, 0, "32", 32.0, True], "scale_format": ["mx", "E4M3", 1, None]},
+    )
+    out = d.outs(c, [("out[0] (q)", q_shape, U8), ("out[1] (scale)", s_shape, s_dt)])
+    c.slot(("x",), "x", FLOATS, every(x.shape) if out else (x.dim() - 1,), fixed_rank=out)
+
+    def check(result: Any) -> None:  # bit-exact; the reference takes 2-D x
+        q, scale = _ref("quant.per_token_cast_fp4")(x.reshape(-1, n), g, fmt)
+        _same_bits(result, (q.reshape(q_shape), scale.reshape(s_shape)))
+
+    c.check = check
+    return c
+
+
+# ---------------------------------------------------------------- layout, mhc
+TRANSPOSE_DTYPES = (
+    E4M3,
+    torch.float8_e5m2,
+    torch.int8,
+    U8,
+    torch.bool,
+    BF16,
+    torch.int16,
+    FP16,
+    FP32,
+    I32,
+)
+
+
+def transpose(d: Draw) -> Call:
+    dt = d.pick(TRANSPOSE_DTYPES)
+    lead, r, c_ = d.lead(2, hi=3), d.size(40), d.size(40)
+    x = d.randn((*lead, r, c_), dt, 100.0)
+    shape = (*lead, c_, r)
+    c = Call({"x": x}, [(shape, dt)], x.numel() > 0)
+    out = d.outs(c, [("out", shape, dt)], pair=False)
+    c.slot(
+        ("x",),
+        "x",
+        (dt,) if out else TRANSPOSE_DTYPES,
+        every(x.shape) if out else (),
+        fixed_rank=out,
+    )
+    c.check = lambda y: _same_bits([y], [_ref("layout.transpose")(x)])
+    return c
+
+
+_SINKHORN_BAD = {"repeat": [-1, 65537, 1.5, "3", True, None], "eps": BAD_EPS}
+
+
+def _sinkhorn64(logits: torch.Tensor, repeat: int, eps: float) -> torch.Tensor:
+    from test_gpu_sinkhorn import _sinkhorn64
+
+    return _sinkhorn64(logits.double(), repeat, eps)
+
+
+def sinkhorn_normalize(d: Draw) -> Call:
+    n = d.size(16, big=False)
+    x = d.randn((*d.lead(2, hi=5), n, n), FP32)
+    repeat, eps = d.pick([0, 1, 3, 10]), d.pick([0.0, 1e-6, 0.1])
+    c = Call(
+        {"logits": x, "repeat": repeat, "eps": eps},
+        [(x.shape, FP32)],
+        x.numel() > 0,
+        bad=_SINKHORN_BAD,
+    )
+    out = d.outs(c, [("out", x.shape, FP32)], pair=False)
+    square = (x.dim() - 2, x.dim() - 1)
+    c.slot(("logits",), "logits", (FP32,), every(x.shape) if out else square, fixed_rank=out)
+
+    def check(p: torch.Tensor) -> None:  # bound of tests/test_gpu_sinkhorn.py
+        want = _sinkhorn64(x, repeat, eps)
+        assert ((p.double() - want).abs() <= 2e-6 + 1e-5 * want.abs()).all()
+
+    c.check = check
+    return c
+
+
+def sinkhorn_normalize_backward(d: Draw) -> Call:
+    n = d.size(16, big=False)
+    x = d.randn((*d.lead(2, hi=5), n, n), FP32)
+    go = d.randn(x.shape, FP32)
+    repeat, eps = d.pick([0, 1, 3, 10]), d.pick([0.0, 1e-6, 0.1])
+    c = Call(
+        {"grad_out": go, "logits": x, "repeat": repeat, "eps": eps},
+        [(x.shape, FP32)],
+        x.numel() > 0,
+        bad=_SINKHORN_BAD,
+    )
+    d.outs(c, [("out", x.shape, FP32)], pair=False)
+    c.slot(("grad_out",), "grad_out", (FP32,), every(x.shape))
+    c.slot(("logits",), "logits", (FP32,), every(x.shape))
+
+    def check(grad: torch.Tensor) -> None:  # bound of tests/test_gpu_sinkhorn.py
+        leaf = x.double().requires_grad_(True)
+        (want,) = torch.autograd.grad(_sinkhorn64(leaf, repeat, eps), leaf, go.double())
+        assert (grad.double() - want).abs().max() <= 1e-5 * want.abs().max()
+
+    c.check = check
+    return c
+
+
+# ---------------------------------------------------------------- mixture of experts
+def topk_gate(d: Draw) -> Call:
+    t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
+    k = d.int(1, min(16, e))
+    scoring, renorm = d.pick(["softmax", "sigmoid"]), d.flag()
+    scores = d.randn((t, e), FP32, 3.0)
+    c = Call(
+        {"scores": scores, "k": k, "scoring": scoring, "renormalize": renorm},
+        [((t, k), I32), ((t, k), FP32)],
+        t > 0,
+        bad={
+            "k": [0, -1, min(16, e) + 1, 2.0, "2", True, None],
+            "scoring": ["relu", "", 1, None],
+            "renormalize": [1, 0, "yes", None],
+        },
+    )
+    out = d.outs(c, [("out[0] (idx)", (t, k), I32), ("out[1] (weights)", (t, k), FP32)])
+    c.slot(("scores",), "scores", (FP32,), (0,) if out else ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_topk_gate.py
+        idx, w = _ref("moe.topk_gate")(scores, k, scoring, renorm)
+        assert torch.equal(result[0].long(), idx.long())
+        torch.testing.assert_close(result[1], w.float(), rtol=1e-6, atol=1e-12)
+
+    c.check = check
+    return c
+
+
+def moe_expand(d: Draw) -> Call:
+    fp8 = d.flag()
+    t, k, e = d.size(30), d.size(8), d.int(1, 40)
+    align = d.pick([1, 2, 16, 128])
+    h = d.size(2, step=128) if fp8 else d.size(64)
+    dt = E4M3 if fp8 else BF16
+    x = d.randn((t, h), FP32, 100.0).to(dt)
+    x_scale = d.randn((t, h // 128), FP32).abs() if fp8 else None
+    idx = d.randint(-1, e, (t, k))
+    rows = t * k + e * (align - 1)
+    shapes = [
+        ("out[0] (x_sorted)", (rows, h), dt),
+        ("out[1] (expert_offsets)", (e + 1,), I32),
+        ("out[2] (token_pos)", (t, k), I32),
+    ]
+    if fp8:
+        shapes.append(("out[3] (x_sorted_scale)", (rows, h // 128), FP32))
+    c = Call(
+        {"x": x, "idx": idx, "num_experts": e, "alignment": align, "x_scale": x_scale},
+        [(s, dtype) for _, s, dtype in shapes] + ([] if fp8 else [None]),
+        t * k > 0,
+        bad={
+            "num_experts": [0, 1025, 8.0, "8", True, None],
+            "alignment": [0, 1025, 16.0, True, None],
+        },
+    )
+    out = d.outs(c, shapes)
+    c.slot(("x",), "x", (dt,), (0, 1) if fp8 or out else (0,))
+    c.slot(("idx",), "idx", (I32,), (0, 1) if out else (0,))
+    if fp8:
+        c.slot(("x_scale",), "x_scale", (FP32,), (0, 1))
+
+    def check(result: Any) -> None:
+        from test_gpu_moe_expand import _check  # exact: offsets, positions, used rows
+
+        _check("fuzz", x, x_scale, idx, result, e, align)
+
+    c.check = check
+    return c
+
+
+def moe_reduce(d: Draw) -> Call:
+    y_dt = d.pick([BF16, FP32])
+    p, h, t, k = d.size(40), d.size(64), d.size(30), d.size(8)
+    y = d.randn((p, h), y_dt)
+    pos = d.randint(-1, p, (t, k))  # rows of y_sorted, -1 for dropped slots
+    w = d.randn((t, k), FP32).abs() if d.flag() else None
+    out_dtype = d.pick([None, BF16, FP32])
+    with_out = not d.huge and d.flag()  # meta tensors overlap (see Draw.outs)
+    out_dt = out_dtype or (d.pick([BF16, FP32]) if with_out else y_dt)
+    c = Call(
+        {"y_sorted": y, "token_pos": pos, "weights": w, "out_dtype": out_dtype},
+        [((t, h), out_dt)],
+        t * h * k * p > 0,
+        bad={"out_dtype": [FP16, "bf16", I32]},
+    )
+    if with_out:
+        c.args["out"] = d.empty((t, h), out_dt)
+        # Without out_dtype, out's dtype is the output dtype: either float is valid.
+        c.slot(("out",), "out", (out_dt,) if out_dtype else (BF16, FP32), (0, 1), optional=True)
+    c.slot(("y_sorted",), "y_sorted", (BF16, FP32), (1,) if with_out else ())
+    pos_bound = (0, 1) if w is not None else ((0,) if with_out else ())
+    c.slot(("token_pos",), "token_pos", (I32,), pos_bound)
+    if w is not None:
+        c.slot(("weights",), "weights", (FP32,), (0, 1), optional=True)
+
+    def check(result: torch.Tensor) -> None:
+        from test_gpu_moe_reduce import _assert_within_bound, _reference64
+
+        want, magnitude = _reference64(y, pos, w)
+        _assert_within_bound("fuzz", result, want, magnitude, _short(out_dt), k)
+
+    c.check = check
+    return c
+
+
+def _short(dtype: Any) -> str:
+    return {BF16: "bf16", FP32: "fp32"}[dtype]
+
+
+# ---------------------------------------------------------------- engram
+def _engram_inputs(d: Draw) -> tuple[Any, tuple, tuple, dict]:
+    # On the GPU, values are checked: rows of >= 32 elements, as the gradient tolerance assumes
+    # (for a handful of elements, rmsnorm's slope is ~eps/|k|^3 and the relative error of the
+    # tiny gradient is not meaningful).
+    dt, lead = d.pick([BF16, FP32]), d.lead(2)
+    n = d.size(64, lo=32 if d.device == "cuda" else 1)
+    shape = (*lead, n)
+    if d.device == "cuda":  # rows away from s = 0, where the gate's slope blows up; eps 1e-6
+        from test_gpu_engram_gate import EPS, _inputs  # (as its float64 reference assumes)
+
+        h, k, v, w_h, w_k = _inputs(shape, dt, d.int(0, 2**16))
+        eps = EPS
+    else:
+        h, k, v = (d.randn(shape, dt) for _ in range(3))
+        w_h, w_k = (d.randn((n,), dt, 0.3) + 1 for _ in range(2))
+        eps = d.pick([1e-6, 0.0, 0.5])
+    return dt, lead, shape, {"h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k, "eps": eps}
+
+
+def _true_gate(args: dict) -> Any:
+    from test_gpu_engram_gate import _forward64
+
+    inputs = [args[name] for name in ("h", "k", "v", "w_h", "w_k")]
+    return _forward64(*(x.double() for x in inputs))[1].float().contiguous()
+
+
+def _engram_slots(c: Call, dt: Any, shape: tuple) -> None:
+    for name in ("h", "k", "v"):
+        c.slot((name,), name, (dt,), every(shape))
+    for name in ("w_h", "w_k"):
+        c.slot((name,), name, (dt,), (0,))
+
+
+def engram_gate(d: Draw) -> Call:
+    dt, lead, shape, args = _engram_inputs(d)
+    gate = d.flag()
+    args["return_gate"] = gate
+    returns = [(shape, dt)] + ([(lead, FP32)] if gate else [])
+    c = Call(args, returns, math.prod(lead) > 0, bad={"eps": BAD_EPS})
+    if gate and d.flag():
+        d.outs(c, [("out[0] (out)", shape, dt), ("out[1] (g)", lead, FP32)])
+    else:
+        d.outs(c, [("out", shape, dt)], pair=False)
+    _engram_slots(c, dt, shape)
+
+    def check(result: Any) -> None:  # tolerances of tests/test_gpu_engram_gate.py
+        out, g = _ref("engram.engram_gate")(
+            *(args[n] for n in ("h", "k", "v", "w_h", "w_k")), args["eps"]
+        )
+        rtol, atol = {BF16: (1.6e-2, 1e-2), FP32: (1e-5, 1e-5)}[dt]
+        _close(result[0] if gate else result, out, rtol, atol)
+        if gate:
+            _close(result[1], g, 1e-5, 1e-6)
+
+    c.check = check
+    return c
+
+
+def engram_gate_backward(d: Draw) -> Call:
+    dt, lead, shape, args = _engram_inputs(d)
+    args = {"grad_out": d.randn(shape, dt), **args}
+    if d.flag():
+        # g is the forward's saved gate: on the GPU the values are checked, so pass the real one
+        # (a random g is a different backward); on the CPU only shapes and refusals matter.
+        args["g"] = d.randn(lead, FP32) if d.device != "cuda" else _true_gate(args)
+    n = shape[-1]
+    specs = [(f"out[{i}] (grad_{name})", shape, dt) for i, name in enumerate("hkv")]
+    specs += [("out[3] (grad_w_h)", (n,), dt), ("out[4] (grad_w_k)", (n,), dt)]
+    c = Call(args, [(s, dtype) for _, s, dtype in specs], math.prod(lead) > 0, bad={"eps": BAD_EPS})
+    d.outs(c, specs)
+    c.slot(("grad_out",), "grad_out", (dt,), every(shape))
+    _engram_slots(c, dt, shape)
+    if "g" in args:
+        c.slot(("g",), "g", (FP32,), every(lead), optional=True, unused=True)
+
+    def check(result: Any) -> None:
+        from test_gpu_engram_gate import _check_grads, _grads64
+
+        inputs = [args[name] for name in ("h", "k", "v", "w_h", "w_k")]
+        _check_grads(result, _grads64(args["grad_out"], *inputs), _short(dt), "fuzz")
+
+    c.check = check
+    return c
+
+
+# Builders of ops that live in modules this checkout may not have yet.
+NEEDS = {
+    "cast_back_fp4": "tileaot._cast_back_fp4",
+    "per_token_cast_fp4": "tileaot.per_token_cast_fp4",
+}
+# A builder's name is its public op and the op of its kernels, except:
+PUBLIC_OP = {"cast_back_fp4": "cast_back"}
+NATIVE_OP = {"cast_back": "cast_back_fp8"}
+
+BUILDERS = {
+    f.__name__: f
+    for f in (
+        rms_norm,
+        gemm,
+        swiglu,
+        swiglu_per_token_cast_fp8,
+        per_token_cast_fp8,
+        per_block_cast_fp8,
+        cast_back,
+        cast_back_fp4,
+        per_token_cast_fp4,
+        transpose,
+        sinkhorn_normalize,
+        sinkhorn_normalize_backward,
+        topk_gate,
+        moe_expand,
+        moe_reduce,
+        engram_gate,
+        engram_gate_backward,
+    )
+}
