@@ -14,7 +14,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "status.h"
 #include "tileaot/tileaot.h"
 
 namespace nb = nanobind;

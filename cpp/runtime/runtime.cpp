@@ -7,7 +7,6 @@
 #include "launcher.h"
 #include "registry.h"
 #include "select.h"
-#include "status.h"
 #include "tileaot/tileaot.h"
 
 namespace tileaot::detail {

@@ -7,6 +7,9 @@
  * A call names an op and a key: the dtypes and modes of the call joined by commas, in the
  * order the op documents them (e.g. "bf16" for rms_norm, "bf16,g128" for
  * per_token_cast_fp8). The runtime picks the variant by the shapes and the device's SM.
+ *
+ * C++ code may include <tileaot/tileaot.hpp> instead: exceptions, tensor views (DLPack
+ * DLTensors or plain pointers) and the checks the Python API makes, over these functions.
  */
 #ifndef TILEAOT_TILEAOT_H_
 #define TILEAOT_TILEAOT_H_
@@ -58,6 +61,10 @@ TILEAOT_API const char* tileaot_device_arch(int32_t device);
 
 /* Message for the last failure on this thread ("" if none). */
 TILEAOT_API const char* tileaot_last_error(void);
+
+/* Status (enum tileaot_status) of the last failure on this thread (TILEAOT_OK if none): tells
+ * a miss from a driver error from bad arguments after a call that returned NULL or -1. */
+TILEAOT_API int tileaot_last_status(void);
 
 /* Archs and ops this library was built with ("sm_70,sm_75,..."; "*" = all ops). */
 TILEAOT_API const char* tileaot_build_archs(void);
