@@ -1,0 +1,107 @@
+"""`python -m build_tools audit-wheel WHEEL`: the wheel bundles no CUDA library and needs none.
+
+At run time tileaot needs only the NVIDIA driver, which libtileaot dlopen()s when first used
+(DESIGN.md, "Must hold" 1). So no shared object in the wheel may name a CUDA, NVIDIA or torch
+library in DT_NEEDED (not even libcuda.so.1: `import tileaot` must work without a driver), none
+may be bundled (auditwheel repair would graft DT_NEEDED libraries into tileaot.libs/), and
+RUNPATHs may only point inside the wheel ($ORIGIN), never at the build machine's toolkit.
+
+Reads ELF files with pyelftools (installed with auditwheel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import sys
+import zipfile
+from dataclasses import dataclass
+
+# The libraries a CUDA build could drag in: driver, runtime, compilers, math libs, torch.
+FORBIDDEN = re.compile(
+    r"^lib(cuda|cudart|nvrtc|nvrtc-builtins|nvJitLink|nvptxcompiler_static|cublas|cublasLt|"
+    r"cufft|curand|cusparse|cusolver|cudnn|nccl|nvToolsExt|nvidia-ml|torch\w*|c10\w*)"
+    r"(-[0-9a-f]{8})?\.so"  # auditwheel repair renames what it grafts: libnvrtc-6b3c1a2f.so.12
+)
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    path: str  # inside the wheel
+    needed: tuple[str, ...]
+    runpath: tuple[str, ...]  # DT_RUNPATH and DT_RPATH entries
+
+
+def read_elf(path: str, data: bytes) -> ElfInfo | None:
+    """DT_NEEDED and RUNPATH of an ELF shared object, or None if `data` is not ELF."""
+    if not data.startswith(b"\x7fELF"):
+        return None
+    try:
+        from elftools.elf.dynamic import DynamicSection
+        from elftools.elf.elffile import ELFFile
+    except ModuleNotFoundError:
+        raise SystemExit("audit-wheel needs pyelftools: pip install auditwheel") from None
+    needed, runpath = [], []
+    for section in ELFFile(io.BytesIO(data)).iter_sections():
+        if not isinstance(section, DynamicSection):
+            continue
+        for tag in section.iter_tags():
+            if tag.entry.d_tag == "DT_NEEDED":
+                needed.append(tag.needed)
+            elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
+                text = tag.runpath if tag.entry.d_tag == "DT_RUNPATH" else tag.rpath
+                runpath += [p for p in text.split(":") if p]
+    return ElfInfo(path, tuple(needed), tuple(runpath))
+
+
+def problems(elves: list[ElfInfo], names: list[str]) -> list[str]:
+    """What breaks the rule, one line each; [] when the wheel is clean."""
+    out = []
+    for name in names:
+        base = name.rsplit("/", 1)[-1]
+        if FORBIDDEN.match(base):
+            out.append(f"{name}: a CUDA/torch library is bundled in the wheel")
+    for elf in elves:
+        out += [f"{elf.path}: needs {n} (DT_NEEDED)" for n in elf.needed if FORBIDDEN.match(n)]
+        out += [
+            f"{elf.path}: RUNPATH {p} points outside the wheel"
+            for p in elf.runpath
+            if not p.startswith("$ORIGIN")
+        ]
+    return out
+
+
+def audit(wheel: str) -> tuple[list[ElfInfo], list[str]]:
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        elves = [read_elf(n, z.read(n)) for n in names if re.search(r"\.so(\.\d+)*$", n)]
+    elves = [e for e in elves if e is not None]
+    return elves, problems(elves, names)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m build_tools audit-wheel",
+        description="Check that a wheel bundles and needs no CUDA/torch library.",
+    )
+    parser.add_argument("wheel")
+    args = parser.parse_args(argv)
+    elves, bad = audit(args.wheel)
+    if not elves:
+        print(
+            f"error: {args.wheel} holds no shared objects (not a tileaot build?)", file=sys.stderr
+        )
+        return 1
+    for elf in elves:
+        runpath = ":".join(elf.runpath) or "-"
+        print(f"{elf.path}: needs {', '.join(elf.needed) or '-'}; runpath {runpath}")
+    for line in bad:
+        print(f"FORBIDDEN {line}", file=sys.stderr)
+    if bad:
+        print(
+            "the wheel must need only the driver, loaded with dlopen at run time", file=sys.stderr
+        )
+        return 1
+    print(f"audit-wheel: {len(elves)} shared objects, no CUDA/torch library bundled or needed")
+    return 0
