@@ -1,4 +1,5 @@
-"""CLI: python -m build_tools {generate,compile,compile-all,list} ...
+"""CLI: python -m build_tools {generate,compile,compile-all,list,config,wheel,sdist,audit-wheel,
+                              merge,report}
 
 generate needs tilelang + torch (CPU); compile needs only NVRTC (or nvcc) and the headers.
 """
@@ -21,12 +22,44 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--ops", default="*", help="globs over variant names, e.g. 'rms_norm*'")
     gen.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     gen.add_argument("--specs", default="kernels_py", help="module whose all_specs() to build")
+    gen.add_argument("--config", help="bring-your-shapes TOML (see build_tools/userconfig.py)")
+    gen.add_argument("--shard", help="INDEX/COUNT: trace only this slice (then `merge`)")
     lst = sub.add_parser("list", help="print the variants a config selects (no tracing)")
     lst.add_argument("--archs", default=",".join(DEFAULT_ARCHS))
     lst.add_argument("--ops", default="*")
+    lst.add_argument("--config", help="bring-your-shapes TOML (see build_tools/userconfig.py)")
     sub.add_parser("compile", help="compile one device source to a cubin", add_help=False)
     sub.add_parser("compile-all", help="compile every cubin of a gen folder", add_help=False)
+    for name, (_, text) in _MODULE_COMMANDS.items():
+        sub.add_parser(name, help=text, add_help=False)
     return parser
+
+
+# Commands that own their argument parsing: name -> (module with main(argv), help).
+_MODULE_COMMANDS = {
+    "config": ("build_tools.userconfig", "check a bring-your-shapes TOML, list its variants"),
+    "wheel": ("build_tools.userwheel", "build a wheel (optionally from a TOML) offline"),
+    "sdist": ("build_tools.sdist", "source distribution with generated sources (no tilelang)"),
+    "audit-wheel": ("build_tools.wheel_audit", "check a wheel bundles/needs no CUDA library"),
+    "merge": ("build_tools.shard", "merge the gen folders of `generate --shard i/n` into one"),
+    "report": ("build_tools.report", "write GEN/report.{md,json}; check the size budget"),
+}
+
+
+def _apply_config_option(args) -> None:
+    """--config FILE: checked now (before any tracing); its archs replace --archs, and the
+    matrix reads the file through $TILEAOT_CONFIG (also in `generate`'s worker processes)."""
+    if not getattr(args, "config", None):
+        return
+    import importlib
+
+    from build_tools.userconfig import ENV_VAR, load
+
+    config = load(args.config)
+    config.apply(importlib.import_module(getattr(args, "specs", "kernels_py")).all_specs())
+    if config.archs:
+        args.archs = ",".join(config.archs)
+    os.environ[ENV_VAR] = os.path.abspath(args.config)
 
 
 def _list(args) -> int:
@@ -43,11 +76,20 @@ def main(argv: list[str]) -> int:
         from build_tools import compile as compile_mod
 
         return compile_mod.main(argv)
-    if argv and argv[0] == "_trace":  # internal: one tracing worker of `generate --jobs N`
-        from build_tools.generate import trace_worker
+    if argv and argv[0] in _MODULE_COMMANDS:
+        import importlib
 
-        return trace_worker(argv[1])
+        return importlib.import_module(_MODULE_COMMANDS[argv[0]][0]).main(argv[1:])
+    if argv and argv[0] == "_worker":  # internal: one worker process of build_tools.work_queue
+        from build_tools.work_queue import worker_main
+
+        return worker_main(argv[1])
     args = _parser().parse_args(argv)
+    try:
+        _apply_config_option(args)
+    except ValueError as e:  # userconfig.ConfigError: names the file, key and allowed values
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.command == "list":
         return _list(args)
     os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(os.path.abspath(args.out), ".tlcache"))

@@ -15,6 +15,8 @@ Environment:
   TILEAOT_NVRTC         path of a libnvrtc.so to use instead of the PyPI / CUDA_HOME one
   TILEAOT_NVCC          path of nvcc (default: $CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH)
   CUDA_HOME / CUDA_PATH system toolkit, for nvcc or a system libnvrtc
+  TILEAOT_CACHE_DIR     the build cache (cache.py; default ~/.cache/tileaot): a cubin is reused
+                        when its source, arch, flags and compiler build are unchanged
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import ctypes
 import functools
 import glob
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -31,16 +34,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 try:  # run as `python -m build_tools ...` or imported as build_tools.compile
+    from .cache import Cache, digest, write_atomic
     from .cubin import cubin_arch
 except ImportError:  # run as a plain script
+    from cache import Cache, digest, write_atomic  # type: ignore[no-redef]
     from cubin import cubin_arch  # type: ignore[no-redef]
 
-DEFAULT_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a")
 COMPILERS = ("nvrtc", "nvcc")
 
 # Prepended to every source, as TileLang's NVRTC path does: NVRTC has no libc/libstdc++
@@ -376,15 +381,50 @@ def write_if_different(path: Path, data: bytes) -> bool:
     """Write atomically unless `path` already holds `data`; True if written."""
     if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
-    os.replace(tmp, path)
+    write_atomic(path, data)
     return True
+
+
+@functools.cache
+def compiler_identity(tc: Toolchain) -> str:
+    """What a cubin depends on besides source, arch and flags: the exact compiler build and
+    the header versions (tilelang's tl_templates + CUTLASS). NVRTC reports only major.minor,
+    so its library's size tells builds apart; nvcc's --version names its build."""
+    if tc.kind == "nvrtc":
+        build = f"{Path(tc.path).name} {Path(tc.path).stat().st_size} bytes"
+    else:
+        build = subprocess.run([tc.path, "--version"], capture_output=True, text=True).stdout
+    # Headers from TILEAOT_INCLUDE_DIRS instead of tilelang: their paths are in the flags.
+    headers = f"tilelang {_installed_version('tilelang') or 'absent'}"
+    return f"{tc.kind} {tc.version} {build} {headers}"
+
+
+def _installed_version(name: str) -> str | None:
+    """A package's version from its dist-info folder's name: importlib.metadata would add
+    0.1 s to every compile process."""
+    for root in _package_dirs(name):
+        for info in sorted(root.parent.glob(f"{name}-*.dist-info")):
+            return info.name[len(name) + 1 : -len(".dist-info")]
+    return None
+
+
+def _compile_flags(tc: Toolchain, name: str, arch: str, dirs: list[str]) -> list[str]:
+    if tc.kind == "nvrtc":
+        return nvrtc_options(tc, arch, dirs)
+    return nvcc_command(tc, name, arch, "OUT", dirs)[1:]
+
+
+def write_compile_stats(out: Path, seconds: float, cached: bool, tc: Toolchain, cubin: bytes):
+    """<cubin>.json beside the cubin: what the build report shows for it. `zipped` (its
+    deflate size, about what it adds to the wheel) is measured here, once per cubin."""
+    stats = {
+        "seconds": round(seconds, 3),
+        "cached": cached,
+        "compiler": tc.describe(),
+        "bytes": len(cubin),
+        "zipped": len(zlib.compress(cubin, 6)),
+    }
+    write_if_different(out.with_name(out.name + ".json"), json.dumps(stats).encode())
 
 
 def compile_source(
@@ -393,17 +433,25 @@ def compile_source(
     out: Path,
     compiler: str = "nvrtc",
     include_dirs: list[str] | tuple[str, ...] = (),
-) -> None:
-    """Compile device-only source `src` for `arch` into cubin `out` (written if different)."""
+    cache: Cache | None = None,
+) -> bool:
+    """Compile device-only source `src` for `arch` into cubin `out` (written if different),
+    through the build cache (tileaot.cache: $TILEAOT_CACHE_DIR ...). True on a cache hit."""
     src, out, arch = Path(src), Path(out), normalize_arch(arch)
+    t0 = time.monotonic()
     tc = find_toolchain(compiler)
     dirs = kernel_include_dirs(include_dirs)
     code = prepare_source(src.read_text(), tc.kind, src.name)
     # Only the basename reaches the compiler: the cubin depends on content, name, arch, flags.
+    flags = _compile_flags(tc, src.name, arch, dirs)
+    key = digest(code, src.name, arch, compiler_identity(tc), *flags)
+    cache = cache if cache is not None else Cache()
+    cubin = cache.get_bytes("cubin", key, ".cubin")
+    cached = cubin is not None
     try:
-        if tc.kind == "nvrtc":
-            cubin = _nvrtc_compile(tc, code, src.name, nvrtc_options(tc, arch, dirs))
-        else:
+        if cubin is None and tc.kind == "nvrtc":
+            cubin = _nvrtc_compile(tc, code, src.name, flags)
+        elif cubin is None:
             cubin = _nvcc_compile(tc, code, src.name, arch, dirs)
     except CompileError as e:
         raise CompileError(
@@ -415,7 +463,11 @@ def compile_source(
             f"compiling {src} for {arch} with {tc.describe()} produced a cubin "
             f"for {got} (ELF e_flags); refusing to ship it"
         )
+    if not cached:
+        cache.put_bytes("cubin", key, ".cubin", cubin)
     write_if_different(out, cubin)
+    write_compile_stats(out, time.monotonic() - t0, cached, tc, cubin)
+    return cached
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,23 +507,23 @@ def compile_all(
     failures = []
     t0 = time.monotonic()
 
-    def one(e: CubinEntry) -> float:
+    def one(e: CubinEntry) -> str:
         t = time.monotonic()
         src, out = gen / e.src, gen / e.cubin
         # Names carry the source's content hash: an existing, newer cubin is this source's.
         if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
-            return 0.0
-        compile_source(src, e.arch, out, compiler, include_dirs)
-        return time.monotonic() - t
+            return "up to date"
+        cached = compile_source(src, e.arch, out, compiler, include_dirs)
+        return "from cache" if cached else f"{time.monotonic() - t:.1f} s"
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {pool.submit(one, e): e for e in entries}
         for i, fut in enumerate(as_completed(futures), 1):
             e = futures[fut]
             try:
-                dt = fut.result()
+                how = fut.result()
                 if verbose:
-                    print(f"[{i}/{len(entries)}] {e.cubin} ({dt:.1f} s)", flush=True)
+                    print(f"[{i}/{len(entries)}] {e.cubin} ({how})", flush=True)
             except Exception as exc:  # keep going; report all at the end
                 failures.append(f"{e.src} [{e.arch}]: {exc}")
                 print(f"[{i}/{len(entries)}] FAILED {e.cubin}", file=sys.stderr, flush=True)

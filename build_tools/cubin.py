@@ -98,6 +98,15 @@ def _compat_attrs(data: bytes) -> dict[int, int]:
     return attrs
 
 
+def debug_sections(path_or_bytes: str | Path | bytes | bytearray | memoryview) -> list[str]:
+    """Sections that carry debug info (-G, -lineinfo): none belong in a release build.
+    `.debug_frame` (call frames, a few hundred bytes) is always emitted and not counted."""
+    data = _read(path_or_bytes)
+    _header(data)
+    names = [name for name, *_ in _sections(data)]
+    return [n for n in names if n.startswith((".debug_", ".nv_debug")) and n != ".debug_frame"]
+
+
 def cubin_kernels(path_or_bytes: str | Path | bytes | bytearray | memoryview) -> list[str]:
     """Names of the kernels (global STT_FUNC symbols in `.text.<name>` sections), sorted."""
     data = _read(path_or_bytes)

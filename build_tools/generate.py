@@ -1,7 +1,8 @@
 """`python -m build_tools generate`: trace the matrix and write the gen folder.
 
 Writes (write-if-different, deterministic): src/<variant>.<hash8>.cu, manifest.json,
-registry.cpp, cubins.cmake. See docs/ARCHITECTURE.md for the layout.
+registry.cpp, cubins.cmake; beside them stats/trace.json (timings for the build report) and,
+for `--shard i/n`, shard/ (what `merge` needs). See docs/ARCHITECTURE.md for the layout.
 """
 
 from __future__ import annotations
@@ -9,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
-from dataclasses import asdict
+from importlib.metadata import version
 from pathlib import Path
 
+from build_tools.cache import Cache
 from build_tools.emit_cpp import emit_registry
-from build_tools.matrix import ARCH_ORDER, VariantPoint, enumerate_variants
+from build_tools.matrix import ARCH_ORDER, enumerate_variants
+from build_tools.tracing import trace_all
 
 GEN_FORMAT = 1
 
@@ -42,104 +46,6 @@ def load_specs(module: str = "kernels_py"):
     import importlib
 
     return importlib.import_module(module).all_specs()
-
-
-def _trace_job(module: str, op: str, key: dict, specialisation: dict, arch: str):
-    """Runs in a worker process: trace one (variant, arch)."""
-    from build_tools.trace import trace
-
-    spec = next(s for s in load_specs(module) if s.op == op)
-    point = VariantPoint(spec, key, specialisation, (arch,))
-    try:
-        sig, lowered = trace(point, arch)
-    except Exception as exc:  # TVM errors do not pickle across the process pool
-        import traceback
-
-        detail = "".join(traceback.format_exception(exc))
-        raise RuntimeError(f"tracing {point.name} for {arch} failed:\n{detail}") from None
-    sig_data = asdict(sig)
-    sig_data["text"] = sig.text()
-    # Through JSON: TVM's string and int subclasses do not pickle across processes.
-    return json.loads(json.dumps([sig_data, lowered]))
-
-
-def _trace_all(points: list[VariantPoint], jobs: int, module: str, cache: Path) -> dict:
-    work = [(p, a) for p in points for a in p.archs]
-    args = [[module, p.spec.op, dict(p.key), dict(p.specialisation), a] for p, a in work]
-    keys = [_cache_key(p, job) for (p, _), job in zip(work, args, strict=True)]
-    results = [_cache_get(cache, k) for k in keys]
-    todo = [i for i, r in enumerate(results) if r is None]
-    if todo:
-        todo_args = [args[i] for i in todo]
-        if jobs <= 1 or len(todo) == 1:
-            fresh = [_trace_job(*a) for a in todo_args]
-        else:
-            fresh = _trace_in_subprocesses(todo_args, min(jobs, len(todo)))
-        for i, result in zip(todo, fresh, strict=True):
-            results[i] = result
-            _cache_put(cache, keys[i], result)
-    print(f"tileaot generate: traced {len(todo)}, cached {len(work) - len(todo)}", file=sys.stderr)
-    return {(p.name, a): r for (p, a), r in zip(work, results, strict=True)}
-
-
-def _cache_key(point: VariantPoint, job: list) -> str:
-    """Everything a trace depends on: the job, the op's source file, build_tools' tracer and
-    emitter-facing code, and the tilelang version."""
-    import inspect
-    from importlib.metadata import version
-
-    digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode())
-    digest.update(Path(inspect.getfile(point.spec.factory)).read_bytes())
-    for name in ("trace.py", "cexpr.py"):
-        digest.update((Path(__file__).parent / name).read_bytes())
-    digest.update(version("tilelang").encode())
-    return digest.hexdigest()
-
-
-def _cache_get(cache: Path, key: str):
-    path = cache / f"{key}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _cache_put(cache: Path, key: str, result) -> None:
-    cache.mkdir(parents=True, exist_ok=True)
-    write_if_different(cache / f"{key}.json", json.dumps(result))
-
-
-def _trace_in_subprocesses(args: list, jobs: int) -> list:
-    """Round-robin the jobs over `jobs` fresh interpreters (`python -m build_tools _trace`).
-
-    Not multiprocessing: TVM objects crash a pool worker when its frames are torn down, and a
-    plain subprocess per chunk is as fast and keeps each failure's output readable.
-    """
-    import subprocess
-    import tempfile
-
-    chunks = [args[i::jobs] for i in range(jobs)]
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = []
-        for i, chunk in enumerate(chunks):
-            out = Path(tmp) / f"{i}.json"
-            cmd = [sys.executable, "-m", "build_tools", "_trace", str(out)]
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, text=True)
-            proc.stdin.write(json.dumps(chunk))
-            proc.stdin.close()
-            procs.append((proc, out))
-        failed = [p.args for p, _ in procs if p.wait() != 0]
-        if failed:
-            raise SystemExit(f"tracing failed in {len(failed)} worker(s); see the output above")
-        per_chunk = [json.loads(out.read_text()) for _, out in procs]
-    results = [None] * len(args)
-    for i, chunk_results in enumerate(per_chunk):
-        results[i::jobs] = chunk_results
-    return results
-
-
-def trace_worker(out: str) -> int:
-    """Entry of `python -m build_tools _trace OUT`: jobs as JSON on stdin, results to OUT."""
-    jobs = json.loads(sys.stdin.read())
-    Path(out).write_text(json.dumps([_trace_job(*job) for job in jobs]))
-    return 0
 
 
 def _compile_units(points, traced):
@@ -202,14 +108,33 @@ def _rows(points, traced, arch_unit, blob_index):
 
 
 def generate(
-    out: Path, module: str, archs: tuple[str, ...], ops: tuple[str, ...], jobs: int
+    out: Path,
+    module: str,
+    archs: tuple[str, ...],
+    ops: tuple[str, ...],
+    jobs: int,
+    shard: tuple[int, int] | None = None,
+    cache: Cache | None = None,
 ) -> dict:
+    """Trace the matrix (or shard i of n of it) and write the gen folder `out`."""
+    from build_tools.shard import select_shard, write_shard_data
+
     points = enumerate_variants(load_specs(module), archs, ops)
     if not points:
         raise SystemExit(f"no variants match ops={','.join(ops)} archs={','.join(archs)}")
-    # Beside the gen folder, not in it: gen folders are carried to GPU machines.
-    cache = Path(os.environ.get("TILEAOT_TRACE_CACHE", out.parent / ".trace-cache"))
-    traced = _trace_all(points, jobs, module, cache)
+    if shard is not None:
+        points = select_shard(points, *shard)
+    traced, stats = trace_all(points, jobs, module, cache or Cache())
+    write_trace_stats(out, stats)
+    if shard is not None:
+        write_shard_data(out, shard, module, archs, ops, points, traced)
+    else:  # a whole matrix now: what `merge` would read from here is stale
+        shutil.rmtree(out / "shard", ignore_errors=True)
+    return write_gen(out, points, traced, archs, ops, version("tilelang"))
+
+
+def write_gen(out: Path, points, traced: dict, archs, ops, tilelang_version: str) -> dict:
+    """Emit sources, registry.cpp, cubins.cmake and manifest.json from traced data."""
     units, arch_unit = _compile_units(points, traced)
     ordered = sorted(units, key=lambda u: units[u]["cubin"])
     blob_index = {u: i for i, u in enumerate(ordered)}
@@ -231,15 +156,20 @@ def generate(
         "# Generated by build_tools: source|compile arch|cubin|embedded symbol\n"
         "set(TILEAOT_CUBINS\n" + "\n".join(cmake_entries) + "\n)\n",
     )
-    manifest = _manifest(rows, blobs, units, ordered, archs, ops)
+    manifest = _manifest(rows, blobs, units, ordered, archs, ops, tilelang_version)
     write_if_different(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     _remove_stale(out, {units[u]["source"] for u in ordered})
     return manifest
 
 
-def _manifest(rows, blobs, units, ordered, archs, ops) -> dict:
-    from importlib.metadata import version
+def write_trace_stats(out: Path, stats: dict) -> None:
+    """stats/trace.json: seconds and cache hit per (variant, arch), for the build report.
+    Kept apart from the generated files, which stay byte-identical between runs."""
+    rows = {f"{name}@{arch}": s for (name, arch), s in sorted(stats.items())}
+    write_if_different(out / "stats" / "trace.json", json.dumps(rows, indent=1) + "\n")
 
+
+def _manifest(rows, blobs, units, ordered, archs, ops, tilelang_version: str) -> dict:
     variants = [
         {k: r[k] for k in ("name", "op", "key", "spec", "arch", "blob", "constraints", "kernels")}
         | {
@@ -260,7 +190,7 @@ def _manifest(rows, blobs, units, ordered, archs, ops) -> dict:
     ]
     return {
         "format": GEN_FORMAT,
-        "tilelang": version("tilelang"),
+        "tilelang": tilelang_version,
         "archs": list(archs),
         "ops": list(ops),
         "variants": variants,
@@ -277,9 +207,11 @@ def _remove_stale(out: Path, keep: set[str]) -> None:
 
 def main(args) -> int:
     from build_tools.matrix import parse_archs, parse_ops
+    from build_tools.shard import parse_shard
 
     archs, ops = parse_archs(args.archs), parse_ops(args.ops)
-    manifest = generate(Path(args.out), args.specs, archs, ops, args.jobs)
+    shard = parse_shard(args.shard) if args.shard else None
+    manifest = generate(Path(args.out), args.specs, archs, ops, args.jobs, shard)
     n_var = len({v["name"] for v in manifest["variants"]})
     print(
         f"tileaot generate: {n_var} variants, {len(manifest['variants'])} (variant, arch) rows, "

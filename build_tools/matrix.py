@@ -9,10 +9,14 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kernels_py.spec import DEFAULT_ARCHS, KernelSpec
+from kernels_py.spec import BUILDABLE_ARCHS, KernelSpec
 
-ARCH_ORDER = {a: i for i, a in enumerate(DEFAULT_ARCHS)}
+if TYPE_CHECKING:
+    from build_tools.userconfig import UserConfig
+
+ARCH_ORDER = {a: i for i, a in enumerate(BUILDABLE_ARCHS)}
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ def parse_archs(text: str | Iterable[str]) -> tuple[str, ...]:
             continue
         arch = item if item.startswith("sm_") else f"sm_{item}"
         if arch not in ARCH_ORDER:
-            known = ", ".join(DEFAULT_ARCHS)
+            known = ", ".join(BUILDABLE_ARCHS)
             raise ValueError(f"unknown arch {item!r}: tileaot builds for {known}")
         archs.add(arch)
     if not archs:
@@ -59,9 +63,23 @@ def parse_ops(text: str) -> tuple[str, ...]:
 
 
 def enumerate_variants(
-    specs: Iterable[KernelSpec], archs: tuple[str, ...], ops: tuple[str, ...] = ("*",)
+    specs: Iterable[KernelSpec],
+    archs: tuple[str, ...],
+    ops: tuple[str, ...] = ("*",),
+    config: UserConfig | None = None,
 ) -> list[VariantPoint]:
-    """Every variant selected by `ops` globs, with the archs its spec supports."""
+    """Every variant selected by `ops` globs, with the archs its spec supports.
+
+    `config` (a bring-your-shapes file, build_tools/userconfig.py) first narrows the specs to
+    its ops, keys and specialisations; by default it is the file named by $TILEAOT_CONFIG,
+    which is how CMake's -DTILEAOT_CONFIG reaches `generate`.
+    """
+    if config is None:
+        from build_tools.userconfig import from_env
+
+        config = from_env()
+    if config is not None:
+        specs = config.apply(specs)
     points = []
     for spec in specs:
         if {} not in [dict(s) for s in spec.specs]:

@@ -27,7 +27,8 @@ endfunction()
 
 # Run `python -m build_tools generate` now (configure time). It writes only what changed, so
 # an unchanged kernel keeps its source's mtime and its cubin is not rebuilt. Configure re-runs
-# when kernels_py/ or build_tools/ change.
+# when kernels_py/ or build_tools/ change; traces and cubins come from the build cache
+# ($TILEAOT_CACHE_DIR, else ~/.cache/tileaot) when their inputs are unchanged.
 function(tileaot_generate)
   cmake_parse_arguments(ARG "" "GEN;ARCHS;OPS" "" ${ARGN})
   set(src "${CMAKE_CURRENT_SOURCE_DIR}")
@@ -88,6 +89,7 @@ function(tileaot_add_cubins)
         COMMAND "${Python_EXECUTABLE}" -m build_tools compile "${ARG_GEN}/${cu}" --arch ${arch}
                 -o "${cubin}" --compiler ${ARG_COMPILER} ${include_args}
         DEPENDS "${ARG_GEN}/${cu}" "${src}/build_tools/compile.py" "${src}/build_tools/cubin.py"
+                "${src}/build_tools/cache.py"
         WORKING_DIRECTORY "${src}"
         COMMENT "tileaot: ${cubin_rel}"
         ${pool}
@@ -116,4 +118,23 @@ function(tileaot_add_cubins)
   configure_file("${out}.in" "${out}" COPYONLY)
   set(${ARG_OUT_CUBINS} "${cubins}" PARENT_SCOPE)
   set(${ARG_OUT_ASM} "${out}" PARENT_SCOPE)
+endfunction()
+
+# After the last compile, before linking: OUT/report.{md,json} (times, cache hits, sizes per
+# op and arch) and the size budget. Over budget, the command fails (and removes report.json,
+# so the next build checks again) with a message naming the biggest ops.
+function(tileaot_add_report)
+  cmake_parse_arguments(ARG "" "GEN;OUT;BUDGET_MB;TARGET" "CUBINS" ${ARGN})
+  set(src "${CMAKE_CURRENT_SOURCE_DIR}")
+  add_custom_command(
+    OUTPUT "${ARG_OUT}/report.json"
+    BYPRODUCTS "${ARG_OUT}/report.md"
+    COMMAND "${Python_EXECUTABLE}" -m build_tools report "${ARG_GEN}" --out "${ARG_OUT}"
+            --budget-mb ${ARG_BUDGET_MB}
+    DEPENDS ${ARG_CUBINS} "${ARG_GEN}/manifest.json" "${src}/build_tools/report.py"
+    WORKING_DIRECTORY "${src}"
+    COMMENT "tileaot: build report and size budget (${ARG_BUDGET_MB} MiB)"
+    VERBATIM)
+  add_custom_target(tileaot_report DEPENDS "${ARG_OUT}/report.json")
+  add_dependencies(${ARG_TARGET} tileaot_report)
 endfunction()

@@ -4,8 +4,13 @@
 #   here:  bash scripts/gpu_check.sh prepare      # trace + compile sm_90a cubins into build/gpu/gen
 #   there: bash scripts/gpu_check.sh run          # build the module on them, GPU tests, bench
 #
-# `run` is what the device tool executes, with carry=["build/gpu"]; logs go to $OUT (or
-# build/gpu/out). The cubins tested are the ones this machine's NVRTC 12.9 made, i.e. the
+# `run` = build + tests + cpp_example + bench. The steps are also commands of their own: build,
+# tests [FILES], cpp_example (examples/cpp against the installed package), bench,
+# jit [--match RE] (TileLang JIT of the same kernels side by side), tune
+# CASE_RE 'CONST=value' ... (JIT candidates of a kernel file's constants), probe CASE_RE (ncu).
+# The device tool runs them with carry=["build/gpu/gen", ".carry/tlsite.tar.xz"] (the latter
+# only for jit/tune: `bash scripts/gpu_check.sh tilelang_tarball` makes it); logs go to $OUT
+# (or build/gpu/out). The cubins tested are the ones this machine's NVRTC 12.9 made, i.e. the
 # same bytes a wheel built here ships.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +22,7 @@ prepare() {
   python -m build_tools compile-all "$GEN"
 }
 
-run() {
+build() {
   local out=${OUT:-build/gpu/out}
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
@@ -31,14 +36,98 @@ run() {
     [ -e "$cubin" ] || continue
     printf '%s HGMMA=%s\n' "$(basename "$cubin")" "$(cuobjdump --dump-sass "$cubin" | grep -c HGMMA || true)"
   done | tee "$out/sass.txt"
-  set +e
+}
+
+tests() {
+  local out=${OUT:-build/gpu/out}
   # GPU tests only (the CPU suite runs in CI), each result streamed (-v) so a hang still
   # leaves a record; a full-suite run once hung past 600 s in CPU tests on this machine.
-  TILEAOT_REDUCED_BUILD=1 timeout 300 python -m pytest tests -m gpu -v -p no:cacheprovider \
-    --continue-on-collection-errors --tb=short 2>&1 | tee "$out/pytest.txt"
-  local status=${PIPESTATUS[0]}
-  timeout 240 python bench/run.py --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+  TILEAOT_REDUCED_BUILD=1 timeout "${TEST_TIMEOUT:-300}" python -m pytest "${@:-tests}" -m gpu -v \
+    -p no:cacheprovider --continue-on-collection-errors --tb=short 2>&1 | tee "$out/pytest.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+bench() {
+  local out=${OUT:-build/gpu/out}
+  timeout "${BENCH_TIMEOUT:-240}" python bench/run.py --json "$out/bench.json" "$@" 2>&1 |
+    tee "$out/bench.txt"
+}
+
+# TileLang for the JIT comparison: the GPU machine has none and no internet, so a trimmed
+# site-packages tarball is carried (.carry/tlsite.tar.xz, made by `tilelang_tarball` here).
+with_tilelang() {
+  if [ ! -d /tmp/site/tilelang ]; then
+    mkdir -p /tmp/site && tar -xJf .carry/tlsite.tar.xz -C /tmp/site --strip-components=1
+  fi
+  PYTHONPATH=/tmp/site CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} "$@"
+}
+
+tune() {
+  with_tilelang timeout "${TUNE_TIMEOUT:-300}" python bench/tune.py "$@"
+}
+
+# The benchmark suite (bench/suite.py, issue 4) after `build`: results in $OUT/results, each
+# step's log in $OUT/suite; TileLang's JIT rows need the carried tarball (else recorded skipped).
+suite() {
+  local out=${OUT:-build/gpu/out} run=()
+  mkdir -p "$out"
+  if [ -e .carry/tlsite.tar.xz ]; then run=(with_tilelang); fi
+  "${run[@]}" timeout "${SUITE_TIMEOUT:-590}" python bench/suite.py --out "$out/results" \
+    --work "$out/suite" "$@" 2>&1 | tee "$out/suite.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+jit() {
+  local out=${OUT:-build/gpu/out}
+  with_tilelang timeout "${JIT_TIMEOUT:-400}" python bench/jit_compare.py \
+    --json "$out/jit.json" "$@" 2>&1 | tee "$out/jit.txt"
+}
+
+# Hardware counters of the cases matching $1 (kernel names matching $2, default: all).
+probe() {
+  local out=${OUT:-build/gpu/out}
+  ncu --clock-control none -k "regex:${2:-.}" --launch-skip 0 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy \
+    --section SchedulerStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    python bench/ncu_probe.py "$1" > "$out/ncu.txt" 2>&1
+  grep -E "^  [a-z_0-9]+_kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Block Limit Reg|Waves Per SM" \
+    "$out/ncu.txt" | head -400
+}
+
+# Here (CPU machine): the trimmed tilelang site-packages for Python 3.12 that `jit` unpacks.
+tilelang_tarball() {
+  local dir=build/tlsite
+  rm -rf "$dir" && mkdir -p "$dir"
+  python -m pip install -q --no-deps --target "$dir/tlsite" --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_17_x86_64 --python-version 3.12 --implementation cp \
+    --only-binary=:all: tilelang==0.1.15 'apache-tvm-ffi>=0.1.11,<0.1.13' 'z3-solver<4.15.5' \
+    torch-c-dlpack-ext
+  # Not needed to JIT CUDA kernels (tilelang/ascend is: tilelang.cache imports it); dropping
+  # them keeps the tarball + gen folder under the device tool's 64 MiB carry limit.
+  (cd "$dir/tlsite" && rm -rf bin/z3 tilelang/3rdparty/tvm/src tilelang/3rdparty/cutlass/tools \
+    z3/include && find . -name __pycache__ -type d -prune -exec rm -rf {} + &&
+    find . -name '*.so*' -type f -exec strip --strip-unneeded {} + 2>/dev/null || true)
+  mkdir -p .carry && tar -C "$dir" -cf - tlsite | xz -9 -T2 > .carry/tlsite.tar.xz
+  ls -la .carry/tlsite.tar.xz
+}
+
+# The C++ example (examples/cpp: rms_norm and gemm from C++, checked on the host) built against
+# the package `build` installed, through find_package; PASS/FAIL recorded.
+cpp_example() {
+  local out=${OUT:-build/gpu/out}
+  mkdir -p "$out"
+  bash examples/cpp/run.sh build/gpu/example_cpp 2>&1 | tee "$out/cpp_example.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+run() {
+  build
+  set +e
+  tests
+  local status=$?
+  cpp_example || status=$?
+  bench
   return "$status"
 }
 
-"${1:?usage: gpu_check.sh prepare|run}"
+"${1:?usage: gpu_check.sh prepare|build|tests|cpp_example|bench|suite|jit|probe|run|tilelang_tarball}" "${@:2}"

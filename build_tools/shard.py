@@ -1,0 +1,150 @@
+"""Split the matrix over machines and merge their outputs into one gen folder.
+
+    machine k:  python -m build_tools generate --out shard_k --shard k/N [--archs ... --ops ...]
+                python -m build_tools compile-all shard_k          # optional: cubins too
+    then:       python -m build_tools merge gen shard_1 ... shard_N
+
+A shard is a whole gen folder for its variants (so compile-all works on it) plus shard/:
+shard.json (which slice of which matrix) and traced.json (the traced data `merge` emits from).
+Variants are dealt round-robin in matrix order, so every shard gets a share of every op.
+A variant's sources never appear in another variant (each carries its own kernel symbol),
+so cubins compiled on a shard are exactly the merged build's cubins of the same name.
+The merged folder is what a one-machine `generate` writes (same manifest, registry, sources)
+as long as tracing is deterministic. TileLang 0.1.15 is not, for kernels with several
+same-size shared buffers (engram_gate*: which buffer gets which shared-memory slot follows
+heap addresses; tile-ai/tilelang PR #3108), so two machines, like two runs, may differ there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+SHARD_FORMAT = 1
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'2/4' -> (2, 4): shard 2 of 4, counted from 1."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard {text!r}: want INDEX/COUNT, e.g. 1/2") from None
+    if not 1 <= index <= count:
+        raise SystemExit(f"--shard {text!r}: INDEX must be 1..{count}")
+    return index, count
+
+
+def select_shard(points: list, index: int, count: int) -> list:
+    return points[index - 1 :: count]
+
+
+def write_shard_data(out: Path, shard, module: str, archs, ops, points, traced) -> None:
+    from importlib.metadata import version
+
+    from build_tools.generate import write_if_different
+
+    info = {
+        "format": SHARD_FORMAT,
+        "shard": list(shard),
+        "specs": module,
+        "archs": list(archs),
+        "ops": list(ops),
+        "tilelang": version("tilelang"),
+        "variants": [p.name for p in points],
+    }
+    data = {f"{name}@{arch}": value for (name, arch), value in sorted(traced.items())}
+    write_if_different(out / "shard" / "shard.json", json.dumps(info, indent=1) + "\n")
+    write_if_different(out / "shard" / "traced.json", json.dumps(data, sort_keys=True) + "\n")
+
+
+def _read_shards(dirs: list[Path]) -> list[dict]:
+    infos = []
+    for d in dirs:
+        path = d / "shard" / "shard.json"
+        if not path.is_file():
+            raise SystemExit(
+                f"{d} is not a shard: no shard/shard.json (make it with "
+                "`python -m build_tools generate --shard INDEX/COUNT`)"
+            )
+        infos.append(json.loads(path.read_text()) | {"dir": d})
+    first = infos[0]
+    for info in infos[1:]:
+        for field in ("format", "specs", "archs", "ops", "tilelang"):
+            if info[field] != first[field]:
+                raise SystemExit(
+                    f"shards disagree on {field}: {first['dir']} has "
+                    f"{first[field]!r}, {info['dir']} has {info[field]!r}"
+                )
+    count = first["shard"][1]
+    indices = sorted(info["shard"][0] for info in infos)
+    if indices != list(range(1, count + 1)) or any(i["shard"][1] != count for i in infos):
+        have = ", ".join(f"{i['shard'][0]}/{i['shard'][1]}" for i in infos)
+        raise SystemExit(f"need each of shards 1/{count} ... {count}/{count} once; got {have}")
+    return infos
+
+
+def merge(out: Path, dirs: list[Path]) -> dict:
+    from build_tools.generate import load_specs, write_gen, write_if_different
+    from build_tools.matrix import enumerate_variants
+
+    infos = _read_shards([Path(d) for d in dirs])
+    first = infos[0]
+    points = enumerate_variants(
+        load_specs(first["specs"]), tuple(first["archs"]), tuple(first["ops"])
+    )
+    wanted = [p.name for p in points]
+    got = [name for info in infos for name in info["variants"]]
+    if sorted(got) != sorted(wanted):
+        missing, extra = sorted(set(wanted) - set(got)), sorted(set(got) - set(wanted))
+        raise SystemExit(
+            "the shards do not make up this matrix (same specs module, TILEAOT_CONFIG and "
+            f"kernels_py on every machine?): missing {missing[:5]}, unexpected {extra[:5]}"
+        )
+    traced, stats = {}, {}
+    for info in infos:
+        data = json.loads((info["dir"] / "shard" / "traced.json").read_text())
+        traced |= {tuple(k.rsplit("@", 1)): v for k, v in data.items()}
+        stats_path = info["dir"] / "stats" / "trace.json"
+        if stats_path.is_file():
+            stats |= json.loads(stats_path.read_text())
+    manifest = write_gen(out, points, traced, first["archs"], first["ops"], first["tilelang"])
+    write_if_different(
+        out / "stats" / "trace.json", json.dumps(dict(sorted(stats.items())), indent=1) + "\n"
+    )
+    copied = _copy_cubins(out, manifest, [info["dir"] for info in infos])
+    print(
+        f"tileaot merge: {len(infos)} shards, {len(wanted)} variants, "
+        f"{copied} of {len(manifest['cubins'])} cubins already compiled → {out}",
+        file=sys.stderr,
+    )
+    return manifest
+
+
+def _copy_cubins(out: Path, manifest: dict, dirs: list[Path]) -> int:
+    """Cubins (and their compile stats) the shards already made; the rest compile later."""
+    copied = 0
+    for entry in manifest["cubins"]:
+        for d in dirs:
+            src = d / entry["cubin"]
+            if src.is_file():
+                dest = out / entry["cubin"]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest)  # a fresh mtime: newer than the merged sources
+                stats = src.with_name(src.name + ".json")  # compile time, cache hit
+                if stats.is_file():
+                    shutil.copyfile(stats, dest.with_name(stats.name))
+                copied += 1
+                break
+    return copied
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m build_tools merge")
+    parser.add_argument("out", type=Path, help="the merged gen folder")
+    parser.add_argument("shards", type=Path, nargs="+", help="gen folders of generate --shard")
+    args = parser.parse_args(argv)
+    merge(args.out, args.shards)
+    return 0
