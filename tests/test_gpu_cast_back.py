@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from _gpu_helpers import assert_every_variant_exercised
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -134,20 +135,4 @@ def test_tall_input_is_split_over_launches(layout):
 
 
 def test_every_cast_back_fp8_variant_for_this_gpu_was_exercised():
-    from tileaot import _lib
-
-    native = _lib.native()
-    arch = native.device_arch(0)
-    runnable = {v["name"] for v in native.variants() if v["op"] == OP and _runs_on(v["arch"], arch)}
-    missing = sorted(runnable - SEEN)
-    assert not missing, f"variants never exercised on {arch}: {missing}"
-
-
-def _runs_on(variant_arch: str, device_arch: str) -> bool:
-    def parts(a):
-        d = a[3:].rstrip("a")
-        return int(d[:-1]), int(d[-1]), a.endswith("a")
-
-    vmaj, vmin, vspec = parts(variant_arch)
-    dmaj, dmin, _ = parts(device_arch)
-    return vmaj == dmaj and (vmin == dmin if vspec else vmin <= dmin)
+    assert_every_variant_exercised((OP,), SEEN)

@@ -1,13 +1,13 @@
 """CPU tests of kernels_py: torch references against independent float64 math, and the
 KernelSpec tables. No GPU; tilelang only for the lowering smoke tests (skipped without it)."""
 
-import importlib.util
 import inspect
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py import all_specs  # noqa: E402
 from kernels_py.gemm import gemm  # noqa: E402
@@ -159,39 +159,22 @@ def test_supports_and_constraints():
 # --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
 
 
-# Factories import tilelang themselves, so the skip must come before calling them.
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
-
-
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
-
 @needs_tilelang
 def test_lower_gemm_sm90a_uses_wgmma():
-    src = _lower(gemm.factory(arch="sm_90a", dtype="bfloat16"), "sm_90a", "gemm_test")
+    src = lower_source(gemm.factory(arch="sm_90a", dtype="bfloat16"), "sm_90a", "gemm_test")
     assert "wgmma" in src and "tma_load" in src
 
 
 @needs_tilelang
 def test_lower_fp8_uses_saturating_rn_cast_and_ieee_division():
     func = fp8.factory(arch="sm_90a", dtype="bfloat16", group="g128", N=4096)
-    src = _lower(func, "sm_90a", "fp8_test")
+    src = lower_source(func, "sm_90a", "fp8_test")
     assert "__NV_SATFINITE, __NV_E4M3" in src and "__fdiv_rn" in src
     assert "__fdividef" not in src
 
 
 @needs_tilelang
 def test_lower_rms_norm_generic_has_vector_and_scalar_paths():
-    src = _lower(rms_norm.factory(arch="sm_80", dtype="float16"), "sm_80", "rms_test")
+    src = lower_source(rms_norm.factory(arch="sm_80", dtype="float16"), "sm_80", "rms_test")
     assert "if (((N % 8) == 0))" in src or "if ((N % 8) == 0)" in src
     assert "uint4" in src

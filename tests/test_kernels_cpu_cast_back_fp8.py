@@ -2,13 +2,13 @@
 float64 math for every scale layout, round trips with the casts' references, the KernelSpec,
 and lowering smoke tests (need tilelang, no GPU)."""
 
-import importlib.util
 import inspect
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.quant import cast_back_fp8 as cb  # noqa: E402
 from kernels_py.quant import per_block_cast_fp8 as pb  # noqa: E402
@@ -134,25 +134,10 @@ def test_factory_rejects_unknown_key():
 
 # --- lowering smoke tests -------------------------------------------------------------------
 
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
-
-
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
 
 @needs_tilelang
 def test_lower_g128_bf16_vector_path_only():
-    src = _lower(cb.factory(arch="sm_90a", out="bfloat16", layout="g128"), "sm_90a", "cb1")
+    src = lower_source(cb.factory(arch="sm_90a", out="bfloat16", layout="g128"), "sm_90a", "cb1")
     assert "__launch_bounds__(256, 5)" in src
     assert "*(fp8_e4_8_t*)(buf + " in src  # 8-byte loads of q
     assert "*(uint4*)(x + " in src  # 16-byte stores of x
@@ -162,6 +147,8 @@ def test_lower_g128_bf16_vector_path_only():
 
 @needs_tilelang
 def test_lower_block128_fp32_sm100a_has_vector_and_scalar_paths():
-    src = _lower(cb.factory(arch="sm_100a", out="float32", layout="block128"), "sm_100a", "cb2")
+    src = lower_source(
+        cb.factory(arch="sm_100a", out="float32", layout="block128"), "sm_100a", "cb2"
+    )
     assert "if (((N % 4) == 0))" in src or "if ((N % 4) == 0)" in src
     assert "*(float4*)(x + " in src and "__fmul_rn" in src

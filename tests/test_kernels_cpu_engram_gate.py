@@ -2,14 +2,14 @@
 independent float64 math (torch.nn.functional.rms_norm and autograd), the signed-sqrt floor at
 s = 0, the KernelSpec tables, and lowering smoke tests (need tilelang, no GPU)."""
 
-import importlib.util
 import math
-import os
 import re
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.engram import engram_gate as fwd  # noqa: E402
 from kernels_py.engram import engram_gate_backward as bwd  # noqa: E402
@@ -198,25 +198,10 @@ def test_factories_reject_bad_keys():
 
 # --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
 
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
-
-
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
 
 @needs_tilelang
 def test_lower_forward_static_row_in_registers_with_16_byte_access():
-    src = _lower(fwd.factory(arch="sm_100a", dtype="bfloat16", H=7168), "sm_100a", "eg_test")
+    src = lower_source(fwd.factory(arch="sm_100a", dtype="bfloat16", H=7168), "sm_100a", "eg_test")
     assert src.count("*(uint4*)(h + ") == 1 and "*(uint4*)(out + " in src  # one load loop
     assert src.count("AllReduce<tl::SumOp, 128") == 3
     # No 32-byte global accesses on sm_100a (32-byte register vectors are fine).
@@ -225,7 +210,7 @@ def test_lower_forward_static_row_in_registers_with_16_byte_access():
 
 @needs_tilelang
 def test_lower_backward_two_kernels_and_launch_bounds():
-    src = _lower(bwd.factory(arch="sm_90a", dtype="bfloat16", H=7168), "sm_90a", "egb_test")
+    src = lower_source(bwd.factory(arch="sm_90a", dtype="bfloat16", H=7168), "sm_90a", "egb_test")
     assert "__launch_bounds__(128, 3) egb_test_kernel(" in src
     assert "egb_test_kernel_1(" in src  # the weight-gradient reduction
     assert "atomic" not in src.lower()

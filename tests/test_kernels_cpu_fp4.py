@@ -10,15 +10,15 @@
 * KernelSpec tables, and lowering smoke tests (need tilelang, no GPU).
 """
 
-import importlib.util
 import math
-import os
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.quant import cast_back_fp4 as back  # noqa: E402
 from kernels_py.quant import per_token_cast_fp4 as fp4  # noqa: E402
@@ -347,36 +347,21 @@ def test_specs_keys_names_and_constraints():
 
 # --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
 
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
-
-
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
 
 @needs_tilelang
 def test_lower_cast_uses_saturated_fmas_and_16_byte_loads():
     func = fp4.factory(arch="sm_100a", dtype="bfloat16", group="g32", scale="ue8m0")
-    src = _lower(func, "sm_100a", "fp4_test")
+    src = lower_source(func, "sm_100a", "fp4_test")
     assert "__saturatef" in src and "__fmaf_rn" in src and "__byte_perm" in src
     assert "__shfl_xor_sync" in src and "__launch_bounds__(128, 8)" in src
     assert src.count("*(uint4*)(w + ") == 2  # two 16-byte loads per unit, also on sm_100a
     assert "__fdiv" not in src and "__frcp" not in src  # ue8m0: no division at all
     func = fp4.factory(arch="sm_80", dtype="float16", group="g16", scale="e4m3")
-    assert src.count("__fdividef") == 0 and "__fdividef" in _lower(func, "sm_80", "fp4_e4m3")
+    assert src.count("__fdividef") == 0 and "__fdividef" in lower_source(func, "sm_80", "fp4_e4m3")
 
 
 @needs_tilelang
 def test_lower_cast_back_stores_16_bytes():
     func = back.factory(arch="sm_80", dtype="bfloat16", group="g16", scale="ue8m0")
-    src = _lower(func, "sm_80", "fp4_back_test")
+    src = lower_source(func, "sm_80", "fp4_back_test")
     assert "*(uint4*)" in src and "0x1p+126f" in src

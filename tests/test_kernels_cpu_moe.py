@@ -2,13 +2,13 @@
 independent computations (plain Python loops, float64), their KernelSpecs, and lowering smoke
 tests (tilelang, no GPU)."""
 
-import importlib.util
 import inspect
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.moe import moe_expand as mx  # noqa: E402
 from kernels_py.moe import moe_reduce as mr  # noqa: E402
@@ -188,25 +188,10 @@ def test_factories_reject_unknown_keys():
 
 # --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
 
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
-
-
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
 
 @needs_tilelang
 def test_lower_expand_has_five_kernels_and_16_byte_copies():
-    src = _lower(mx.factory(arch="sm_90a", dtype="bfloat16", E=256), "sm_90a", "mx_test")
+    src = lower_source(mx.factory(arch="sm_90a", dtype="bfloat16", E=256), "sm_90a", "mx_test")
     kernels = [f"mx_test_kernel{s}(" for s in ("", "_1", "_2", "_3", "_4")]
     assert src.count("__global__ void __launch_bounds__") == 5
     assert all(k in src for k in kernels)
@@ -218,6 +203,6 @@ def test_lower_expand_has_five_kernels_and_16_byte_copies():
 @needs_tilelang
 def test_lower_reduce_sm100a_uses_16_byte_accesses_only():
     func = mr.factory(arch="sm_100a", dtype="bfloat16", out_dtype="float32", mode="weighted")
-    src = _lower(func, "sm_100a", "mr_test")
+    src = lower_source(func, "sm_100a", "mr_test")
     assert "*(uint4*)(y_sorted" in src and "*(float4*)(out" in src
     assert "longlong4" not in src and "_256" not in src  # no 32-byte accesses

@@ -2,13 +2,13 @@
 float64 math, the kernel's division sequence against IEEE division (emulated exactly), the
 KernelSpec, and lowering smoke tests (need tilelang, no GPU)."""
 
-import importlib.util
 import inspect
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.quant import per_block_cast_fp8 as pb  # noqa: E402
 
@@ -179,25 +179,10 @@ def test_factory_rejects_unknown_dtype():
 
 # --- lowering smoke tests -------------------------------------------------------------------
 
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
-
-
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
 
 @needs_tilelang
 def test_lower_static_bf16_is_vectorised_and_exact():
-    src = _lower(pb.factory(arch="sm_90a", dtype="bfloat16", N=7168), "sm_90a", "pb_test")
+    src = lower_source(pb.factory(arch="sm_90a", dtype="bfloat16", N=7168), "sm_90a", "pb_test")
     assert "__launch_bounds__(256, 3)" in src
     assert "*(uint4*)(x + " in src  # 16-byte loads of x
     assert "*(fp8_e4_8_t*)(q + " in src  # 8-byte stores of q
@@ -208,7 +193,7 @@ def test_lower_static_bf16_is_vectorised_and_exact():
 
 @needs_tilelang
 def test_lower_generic_fp32_sm100a_has_vector_and_scalar_paths():
-    src = _lower(pb.factory(arch="sm_100a", dtype="float32"), "sm_100a", "pb_test2")
+    src = lower_source(pb.factory(arch="sm_100a", dtype="float32"), "sm_100a", "pb_test2")
     assert "if (((N % 4) == 0))" in src or "if ((N % 4) == 0)" in src
     assert "*(float4*)(x + " in src  # 16-byte, never 32-byte, accesses
     assert "*(fp8_e4_4_t*)(q + " in src and "(fp8_e4_t)" not in src

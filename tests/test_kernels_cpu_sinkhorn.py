@@ -3,19 +3,14 @@ float64 math (a per-matrix loop; finite differences), a float64 replay of the ba
 algorithm (segments, checkpoints, the per-step formulas) against autograd, the KernelSpec
 tables, and lowering smoke tests (skipped without tilelang)."""
 
-import importlib.util
-import os
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from _lowering import lower_source, needs_tilelang  # noqa: E402
+
 from kernels_py.mhc import sinkhorn_normalize as fwd  # noqa: E402
 from kernels_py.mhc import sinkhorn_normalize_backward as bwd  # noqa: E402
-
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
 
 
 @pytest.fixture(autouse=True)
@@ -153,20 +148,9 @@ def test_spec_tables():
 # --- lowering smoke tests ---------------------------------------------------------------------
 
 
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
-
 @needs_tilelang
 def test_lower_forward_n4_is_registers_shuffles_and_16_byte_rows():
-    src = _lower(fwd.factory(arch="sm_90a", dtype="float32", N=4), "sm_90a", "sk_test")
+    src = lower_source(fwd.factory(arch="sm_90a", dtype="float32", N=4), "sm_90a", "sk_test")
     assert "__shfl_xor_sync" in src and "__frcp_rn" in src and "expf(" in src
     assert "__expf" not in src and "__shared__" not in src
     assert src.count("*(float4*)(logits + ") == 1 and src.count("*(float4*)(out + ") == 1
@@ -175,5 +159,5 @@ def test_lower_forward_n4_is_registers_shuffles_and_16_byte_rows():
 
 @needs_tilelang
 def test_lower_backward_generic_keeps_checkpoints_in_registers():
-    src = _lower(bwd.factory(arch="sm_80", dtype="float32"), "sm_80", "skb_test")
+    src = lower_source(bwd.factory(arch="sm_80", dtype="float32"), "sm_80", "skb_test")
     assert "float ckpt[64];" in src and "__shared__" not in src

@@ -3,14 +3,14 @@ against independent float64 math, the clamp and weight rules, an exact model of 
 kernel's division-free quantisation against IEEE division, the KernelSpec tables, and lowering
 smoke tests (tilelang, no GPU)."""
 
-import importlib.util
-import os
 import random
 from fractions import Fraction
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.act import swiglu as sw  # noqa: E402
 from kernels_py.act import swiglu_per_token_cast_fp8 as swq  # noqa: E402
@@ -239,25 +239,10 @@ def test_factories_reject_bad_keys():
 
 # --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
 
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
-
-
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
 
 @needs_tilelang
 def test_lower_swiglu_generic_vector_and_scalar_paths_exact_math():
-    src = _lower(sw.factory(arch="sm_100a", dtype="bfloat16"), "sm_100a", "swiglu_test")
+    src = lower_source(sw.factory(arch="sm_100a", dtype="bfloat16"), "sm_100a", "swiglu_test")
     assert "if (((H % 8) == 0))" in src or "if ((H % 8) == 0)" in src
     assert "*(uint4*)(x + " in src and "*(uint4*)(y + " in src  # 16-byte, not 32-byte
     assert "expf(" in src and "__expf" not in src and "__fdiv_rn" in src
@@ -266,7 +251,7 @@ def test_lower_swiglu_generic_vector_and_scalar_paths_exact_math():
 @needs_tilelang
 def test_lower_fused_static_is_division_free_per_element():
     func = swq.factory(arch="sm_90a", dtype="bfloat16", H=7168)
-    src = _lower(func, "sm_90a", "swiglu_fp8_test")
+    src = lower_source(func, "sm_90a", "swiglu_fp8_test")
     assert "__NV_SATFINITE, __NV_E4M3" in src and "*(uint4*)(x + " in src
     assert src.count("__fdiv_rn") == 1  # the per-group scale only
     assert "__fmaf_rn" in src and "tl::fast_rcp" in src and "__expf" in src

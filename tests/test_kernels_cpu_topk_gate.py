@@ -3,13 +3,13 @@ computation, a lane-by-lane Python model of the kernel's algorithm against the r
 (layouts, per-lane caches and refills, the tie rule, -inf/NaN), the KernelSpec table, and
 lowering smoke tests (tilelang, no GPU)."""
 
-import importlib.util
 import math
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.moe import topk_gate as tg  # noqa: E402
 
@@ -234,25 +234,10 @@ def test_layouts_cover_the_rows():
 
 # --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
 
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
-
-
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
 
 @needs_tilelang
 def test_lower_static_e_uses_vector_loads_shuffles_and_votes():
-    src = _lower(
+    src = lower_source(
         tg.factory(arch="sm_90a", dtype="float32", scoring="softmax", E=256), "sm_90a", "t"
     )
     assert "float4" in src and "__shfl_xor_sync" in src and "__any_sync" in src
@@ -263,5 +248,5 @@ def test_lower_static_e_uses_vector_loads_shuffles_and_votes():
 
 @needs_tilelang
 def test_lower_generic_sigmoid_masks_past_e():
-    src = _lower(tg.factory(arch="sm_80", dtype="float32", scoring="sigmoid"), "sm_80", "t")
+    src = lower_source(tg.factory(arch="sm_80", dtype="float32", scoring="sigmoid"), "sm_80", "t")
     assert "< E)" in src and "-CUDART_INF_F" in src and "__any_sync" in src

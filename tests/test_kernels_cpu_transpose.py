@@ -2,18 +2,13 @@
 element-by-element transpose (bit-exact, fp8 NaN bytes included), the KernelSpec table, and
 lowering smoke tests (skipped without tilelang)."""
 
-import importlib.util
-import os
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels_py.layout import transpose as tp  # noqa: E402
+from _lowering import lower_source, needs_tilelang  # noqa: E402
 
-needs_tilelang = pytest.mark.skipif(
-    importlib.util.find_spec("tilelang") is None, reason="needs tilelang (a build machine)"
-)
+from kernels_py.layout import transpose as tp  # noqa: E402
 
 
 def _bits(x):
@@ -63,21 +58,10 @@ def test_tiles_are_128_byte_rows_and_4_vectors_per_thread():
         assert threads in (128, 256) and tr * tc * size // 16 == tp.LOADS * threads, dtype
 
 
-def _lower(func, arch, name):
-    os.environ.setdefault("TILELANG_CACHE_DIR", "/tmp/tileaot-tlcache")
-    import tilelang
-    from tilelang import tvm
-    from tvm.target import Target
-
-    target = Target({"kind": "cuda", "arch": arch})
-    with tvm.transform.PassContext(opt_level=3), target:
-        return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
-
-
 @needs_tilelang
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_lower_bf16_moves_16_byte_vectors_through_a_swizzled_tile(arch):
-    src = _lower(tp.factory(arch=arch, dtype="bfloat16"), arch, "transpose_test")
+    src = lower_source(tp.factory(arch=arch, dtype="bfloat16"), arch, "transpose_test")
     assert "if (((R % 8) == 0) & ((C % 8) == 0))" in src  # the vector path's runtime branch
     assert src.count("*(uint4*)(x + ") == 1 and src.count("*(uint4*)(y + ") == 1
     assert "^" in src  # the XOR swizzle
