@@ -196,6 +196,12 @@ def trace(point: VariantPoint, arch: str) -> tuple[Signature, dict]:
     func = func.with_attr("global_symbol", point.name)
     sig = signature_of(func)
     artifact = lower(func, arch)
+    return sig, {"source": pystr(artifact.kernel_source), "kernels": kernels_of(artifact, sig)}
+
+
+def kernels_of(artifact, sig: Signature) -> list[dict]:
+    """Launch facts of every kernel of a lowered artifact, in launch order (any target kind:
+    build_tools/hip.py reads HIP artifacts with it too)."""
     (host_func,) = artifact.host_mod.functions.values()
     host_attrs = dict(host_func.attrs)
     calls = _host_calls(host_func)
@@ -205,5 +211,4 @@ def trace(point: VariantPoint, arch: str) -> tuple[Signature, dict]:
         (pystr(gv.name_hint) for gv in artifact.device_mod.functions),
         key=lambda n: host_text.index(f'"{n}"'),
     )
-    kernels = [_kernel_facts(n, artifact.device_mod[n], calls[n], host_attrs, sig) for n in names]
-    return sig, {"source": pystr(artifact.kernel_source), "kernels": kernels}
+    return [_kernel_facts(n, artifact.device_mod[n], calls[n], host_attrs, sig) for n in names]
