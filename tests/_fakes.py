@@ -71,6 +71,7 @@ class FakeC:
         self.missing = set(missing)  # (op, key) pairs lookup() rejects
         self.lookups: list[tuple[str, str]] = []
         self.launches: list[Launch] = []
+        self.selects: list[tuple] = []
         self.by_handle: dict[int, tuple[str, str]] = {}
 
     def lookup(self, op: str, key: str) -> int:
@@ -84,10 +85,37 @@ class FakeC:
     def launch(self, handle, device, stream, ptrs, shapes, scalars) -> None:
         self.launches.append(Launch(handle, device, stream, ptrs, shapes, scalars))
 
+    def select(self, handle: int, device: int, shapes: tuple) -> str:
+        op, key = self.by_handle[handle]
+        self.selects.append((op, key, device, shapes))
+        if key == "fp16":
+            raise self.VariantMissError(f"no variant of {op} for {key} on {self.arch}\nmore")
+        return f"{op}_{key.replace(',', '_')}_any"
+
     def device_arch(self, device: int) -> str | None:
         if self.arch is None:
             raise self.DriverError("CUDA driver not found (libcuda.so.1)")
         return self.arch
+
+    def build_archs(self) -> str:
+        return "sm_80,sm_90a"
+
+    def build_ops(self) -> str:
+        return "*"
+
+    def variants(self) -> list[dict]:
+        rows = [
+            ("rms_norm", "bf16", "n4096", "sm_90a"),
+            ("rms_norm", "bf16", "any", "sm_90a"),
+            ("rms_norm", "bf16", "any", "sm_80"),
+            ("rms_norm", "fp16", "any", "sm_80"),
+            ("per_token_cast_fp8", "bf16,g128", "any", "sm_90a"),
+            ("topk", "fp32", "any", "sm_80"),
+        ]
+        return [
+            dict(name=f"{o}_{k}_{s}", op=o, key=k, spec=s, arch=a, signature="", blob_arch=a)
+            for o, k, s, a in rows
+        ]
 
 
 @pytest.fixture

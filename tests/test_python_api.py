@@ -2,13 +2,9 @@
 
 No GPU and no native module are needed. How the fake works:
 
-* `fake` puts a recording stand-in for `tileaot._C` into `tileaot._lib._native` (the loader's
-  cache), empties the handle cache and stubs `_lib.current_stream`. It records every `lookup`
-  and `launch`; it never dereferences a pointer.
-* `cpu_as_cuda` replaces `_validate.device_index`, the one check that insists on CUDA memory,
-  so CPU tensors count as CUDA device 0 and meta tensors (shapes without memory, for sizes past
-  int32) as device 1. Every other check runs for real on real tensors. Tests without it show
-  that CPU tensors are rejected.
+* `fake` and `cpu_as_cuda` (tests/_fakes.py, shared with the per-op test files): a recording
+  stand-in for `tileaot._C`, and CPU tensors counted as CUDA device 0 (meta tensors as device
+  1). Tests without `cpu_as_cuda` show that CPU tensors are rejected.
 * Subprocess tests block modules with `sys.modules[name] = None` (then `import name` raises
   ImportError) to run without torch and without `_C`, whatever this environment has installed.
 """
@@ -20,7 +16,6 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,122 +23,22 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-try:
-    import tileaot
-except ImportError:  # a source checkout: test the package in python/
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    import tileaot
+from _fakes import (  # noqa: E402, F401  (also puts python/ on sys.path in a source checkout)
+    STREAM,
+    FakeC,
+    Launch,
+    cpu_as_cuda,
+    fake,
+    meta,
+    misaligned,
+    t,
+    tileaot,
+)
+
+__all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
 _lib = importlib.import_module("tileaot._lib")
-_validate = importlib.import_module("tileaot._validate")
 PKG_PARENT = str(Path(tileaot.__file__).resolve().parent.parent)
-STREAM = 0x5EED
-
-
-@dataclass
-class Launch:
-    handle: int
-    device: int
-    stream: int
-    ptrs: tuple
-    shapes: tuple
-    scalars: tuple
-
-
-class FakeC:
-    """Records calls the way `tileaot._C` would receive them."""
-
-    __file__ = "<fake _C>"
-
-    class VariantMissError(LookupError):
-        pass
-
-    class DriverError(RuntimeError):
-        pass
-
-    def __init__(self, arch: str | None = None, missing: tuple = ()) -> None:
-        self.arch = arch
-        self.missing = set(missing)  # (op, key) pairs lookup() rejects
-        self.lookups: list[tuple[str, str]] = []
-        self.launches: list[Launch] = []
-        self.selects: list[tuple] = []
-        self.by_handle: dict[int, tuple[str, str]] = {}
-
-    def lookup(self, op: str, key: str) -> int:
-        self.lookups.append((op, key))
-        if (op, key) in self.missing:
-            raise self.VariantMissError(f"tileaot: no variant of {op} for key {key}")
-        handle = 1000 + len(self.lookups)
-        self.by_handle[handle] = (op, key)
-        return handle
-
-    def launch(self, handle, device, stream, ptrs, shapes, scalars) -> None:
-        self.launches.append(Launch(handle, device, stream, ptrs, shapes, scalars))
-
-    def select(self, handle: int, device: int, shapes: tuple) -> str:
-        op, key = self.by_handle[handle]
-        self.selects.append((op, key, device, shapes))
-        if key == "fp16":
-            raise self.VariantMissError(f"no variant of {op} for {key} on {self.arch}\nmore")
-        return f"{op}_{key.replace(',', '_')}_any"
-
-    def device_arch(self, device: int) -> str | None:
-        if self.arch is None:
-            raise self.DriverError("CUDA driver not found (libcuda.so.1)")
-        return self.arch
-
-    def build_archs(self) -> str:
-        return "sm_80,sm_90a"
-
-    def build_ops(self) -> str:
-        return "*"
-
-    def variants(self) -> list[dict]:
-        rows = [
-            ("rms_norm", "bf16", "n4096", "sm_90a"),
-            ("rms_norm", "bf16", "any", "sm_90a"),
-            ("rms_norm", "bf16", "any", "sm_80"),
-            ("rms_norm", "fp16", "any", "sm_80"),
-            ("per_token_cast_fp8", "bf16,g128", "any", "sm_90a"),
-            ("topk", "fp32", "any", "sm_80"),
-        ]
-        return [
-            dict(name=f"{o}_{k}_{s}", op=o, key=k, spec=s, arch=a, signature="", blob_arch=a)
-            for o, k, s, a in rows
-        ]
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeC:
-    c = FakeC()
-    monkeypatch.setattr(_lib, "_native", c)
-    monkeypatch.setattr(_lib, "_handles", {})
-    monkeypatch.setattr(_lib, "current_stream", lambda device: STREAM)
-    return c
-
-
-@pytest.fixture
-def cpu_as_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    devices = {"cpu": 0, "meta": 1}
-
-    def device_index(name: str, t: torch.Tensor) -> int:
-        return devices[t.device.type]
-
-    monkeypatch.setattr(_validate, "device_index", device_index)
-
-
-def t(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    return torch.randn(shape).to(dtype)
-
-
-def misaligned(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """A contiguous view starting one element past an aligned allocation."""
-    n = math.prod(shape)
-    return torch.zeros(n + 16, dtype=dtype)[1 : n + 1].view(shape)
-
-
-def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 def overlapping_q_scale(m: int, n: int, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
