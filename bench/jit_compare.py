@@ -166,25 +166,33 @@ class JitCase:
         self.kernel(*self.args)
 
 
+def run_all(jits: list[JitCase]) -> None:
+    for j in jits:
+        j()
+
+
+def snapshot(jits: list[JitCase]) -> list[torch.Tensor]:
+    """Copies of every buffer the recorded launches touch, in order."""
+    return [t.clone() for j in jits for t in j.tensors]
+
+
+def replay_matches(jits: list[JitCase], expected: list[torch.Tensor]) -> bool:
+    """Run `jits` once on their buffers; True if every buffer then equals `expected` bit for bit."""
+    run_all(jits)
+    torch.cuda.synchronize()
+    got = snapshot(jits)
+    return all(
+        torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        for a, b in zip(expected, got, strict=True)
+    )
+
+
 def compare_case(label: str, size: str, make, points, arch) -> dict:
     ours, _, _, _ = make()
     calls = record(ours)
     jits = [JitCase(c, points, arch) for c in calls]
-    after_ours = [t.clone() for j in jits for t in j.tensors]
-    for j in jits:
-        j()
-    torch.cuda.synchronize()
-    after_jit = [t.clone() for j in jits for t in j.tensors]
-    same = all(
-        torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-        for a, b in zip(after_ours, after_jit, strict=True)
-    )
-
-    def jit_all():
-        for j in jits:
-            j()
-
-    t_ours, t_jit = median_us(ours), median_us(jit_all)
+    same = replay_matches(jits, snapshot(jits))
+    t_ours, t_jit = median_us(ours), median_us(lambda: run_all(jits))
     return {
         "op": label,
         "size": size,

@@ -15,8 +15,7 @@ import ast
 import re
 import sys
 
-import torch
-from jit_compare import JitCase, _points, record
+from jit_compare import JitCase, _points, record, replay_matches, run_all, snapshot
 from run import load_cases, median_us
 
 
@@ -32,27 +31,16 @@ def main() -> int:
     ours = make()[0]
     calls = record(ours)
     shipped = [JitCase(c, points, arch) for c in calls]
-    expected = [t.clone() for j in shipped for t in j.tensors]
+    expected = snapshot(shipped)
     names = ", ".join(j.variant for j in shipped)
     print(f"{label} {size}: tileaot {median_us(ours):.1f} us ({names})")
-    print(f"  JIT of the shipped source: {median_us(lambda: [j() for j in shipped]):.1f} us")
+    print(f"  JIT of the shipped source: {median_us(lambda: run_all(shipped)):.1f} us")
     for overrides in candidates:
         try:
             jits = [JitCase(c, points, arch, overrides) for c in calls]
-            for j in jits:
-                j()
-            torch.cuda.synchronize()
-            got = [t.clone() for j in jits for t in j.tensors]
-            same = all(
-                torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-                for a, b in zip(expected, got, strict=True)
-            )
-
-            def run_all(jits=jits):
-                for j in jits:
-                    j()
-
-            print(f"  {overrides}: {median_us(run_all):.1f} us identical={same}", flush=True)
+            same = replay_matches(jits, expected)
+            us = median_us(lambda jits=jits: run_all(jits))
+            print(f"  {overrides}: {us:.1f} us identical={same}", flush=True)
         except Exception as exc:  # a candidate that does not trace or compile
             print(f"  {overrides}: FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
     return 0
