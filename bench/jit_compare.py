@@ -105,8 +105,9 @@ _MANIFEST: dict | None = None
 def _manifest_params() -> dict:
     global _MANIFEST
     if _MANIFEST is None:
-        path = Path(__file__).resolve().parents[1] / "build" / "gpu" / "gen" / "manifest.json"
-        data = json.loads(path.read_text())
+        from tileaot._manifest import default_path  # the manifest the installed build ships
+
+        data = json.loads(default_path().read_text())
         _MANIFEST = {(v["name"], v["arch"]): v["params"] for v in data["variants"]}
     return _MANIFEST
 
