@@ -3,7 +3,8 @@
     python bench/ceilings.py [--json ceilings.json]
 
 Device-to-device copy of 2 GiB in GB/s, counting bytes read + written (what a memory-bound op
-can at best reach), and torch's bf16 matmul at 8192³ in TFLOP/s (cuBLAS: what gemm is held to).
+can at best reach), a write-only fill of 2 GiB (the bound of write-heavy ops), and torch's
+bf16 matmul at 8192³ in TFLOP/s (cuBLAS: what gemm is held to).
 Inputs random, never zeros (a matmul on zeros runs faster than on real data).
 """
 
@@ -25,6 +26,15 @@ def copy_ceiling() -> dict:
     dst = torch.empty_like(src)
     t = measure(lambda: dst.copy_(src))
     return {"copy_gbs": 2 * src.numel() * 4 / t.median_us / 1e3, "copy_reps": t.reps}
+
+
+def write_ceiling() -> dict:
+    """Write-only bandwidth (a fill of 2 GiB): the bound of ops that mostly write, like
+    moe_expand (one read of x, k writes of each row), which the copy ceiling overstates if
+    DRAM writes are slower than reads."""
+    dst = torch.empty(2**29, device="cuda")
+    t = measure(lambda: dst.fill_(1.5))
+    return {"write_gbs": dst.numel() * 4 / t.median_us / 1e3, "write_reps": t.reps}
 
 
 def matmul_ceiling(n: int = MATMUL_N) -> dict:
@@ -55,9 +65,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    result = device_facts() | copy_ceiling() | matmul_ceiling()
+    result = device_facts() | copy_ceiling() | write_ceiling() | matmul_ceiling()
     print(
-        f"{result['gpu']}: device-to-device copy {result['copy_gbs']:.0f} GB/s; torch bf16 "
+        f"{result['gpu']}: device-to-device copy {result['copy_gbs']:.0f} GB/s; fill "
+        f"{result['write_gbs']:.0f} GB/s; torch bf16 "
         f"matmul {result['matmul_size']} {result['matmul_us']:.1f} us = "
         f"{result['matmul_tflops']:.1f} TFLOP/s"
     )

@@ -53,7 +53,7 @@ def tilelang_call(x, w, y):
     from jit_compare import JitCase, _points, record
 
     points, arch = _points()
-    (jit,) = [JitCase(c, points, arch) for c in record(lambda: tileaot.rms_norm(x, w, out=y))]
+    (jit,) = [JitCase(c, points, arch) for c in record(lambda: tileaot.rms_norm(x, w, out=y)).calls]
     kernel, args = jit.kernel, jit.args
     return jit.variant, lambda: kernel(*args)
 

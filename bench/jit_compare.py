@@ -60,30 +60,69 @@ def tensor_at(ptr: int, shape: tuple[int, ...], dtype: str) -> torch.Tensor:
 
 
 class Recorder:
-    """The native module with `launch` recorded (and still performed)."""
+    """The native module with `launch` recorded (and still performed).
 
-    def __init__(self, native):
+    With `capture` (a call -> copies of its buffers), each launch's buffers are also copied just
+    before and just after it, while the wrapper still holds them: a wrapper's own scratch and
+    outputs are freed when it returns, and the caching allocator hands that memory to whatever
+    is allocated next, so views of recorded pointers are only safe while the call runs.
+    """
+
+    def __init__(self, native, capture=None):
         self._native = native
+        self._capture = capture
         self.calls: list[tuple] = []
+        self.before: list[list[torch.Tensor]] = []
+        self.after: list[list[torch.Tensor]] = []
 
     def __getattr__(self, name):
         return getattr(self._native, name)
 
     def launch(self, handle, device, stream, ptrs, shapes, scalars):
-        self.calls.append((handle, device, tuple(ptrs), tuple(shapes), tuple(scalars)))
-        return self._native.launch(handle, device, stream, ptrs, shapes, scalars)
+        call = (handle, device, tuple(ptrs), tuple(shapes), tuple(scalars))
+        if self._capture is not None:
+            torch.cuda.synchronize()
+            self.before.append(self._capture(call))
+        result = self._native.launch(handle, device, stream, ptrs, shapes, scalars)
+        if self._capture is not None:
+            torch.cuda.synchronize()
+            self.after.append(self._capture(call))
+        self.calls.append(call)
+        return result
 
 
-def record(fn) -> list[tuple]:
+def record(fn, capture=None) -> Recorder:
+    """Run `fn` with the native module's launches recorded (see Recorder)."""
     native = _lib.native()
-    rec = Recorder(native)
+    rec = Recorder(native, capture)
     _lib._native = rec
     try:
         fn()
     finally:
         _lib._native = native
     torch.cuda.synchronize()
-    return rec.calls
+    return rec
+
+
+def record_owned(fn, points: dict, arch: str) -> Recorder:
+    """`record`, with copies of every launch's buffers from before and after it (owned memory)."""
+
+    def copies(call):
+        return [t.clone() for t in call_tensors(call, points, arch)]
+
+    return record(fn, copies)
+
+
+def call_tensors(call: tuple, points: dict, arch: str) -> list[torch.Tensor]:
+    """Views of the buffers of a recorded launch, in prim_func order."""
+    handle, device, ptrs, shapes, _ = call
+    point = points[_lib.native().select(handle, device, list(shapes))]
+    it_ptr, it_dim, views = iter(ptrs), iter(shapes), []
+    for p in _params(point, arch):
+        if p["kind"] == "tensor":
+            shape = tuple(next(it_dim) for _ in p["shape"])
+            views.append(tensor_at(next(it_ptr), shape, p["dtype"]))
+    return views
 
 
 def _points() -> dict:
@@ -141,27 +180,35 @@ class JitCase:
 
     _compiled: dict[str, object] = {}
 
-    def __init__(self, call: tuple, points: dict, arch: str, overrides: dict | None = None):
-        """`overrides`: module constants of the op's kernel file to patch while tracing (tuning)."""
+    def __init__(
+        self,
+        call: tuple,
+        points: dict,
+        arch: str,
+        overrides: dict | None = None,
+        buffers: list[torch.Tensor] | None = None,
+    ):
+        """`overrides`: module constants of the op's kernel file to patch while tracing (tuning).
+
+        `buffers`: tensors to run on (copies from `record_owned`); by default views of the
+        recorded pointers, valid only while the caller keeps the original tensors alive.
+        """
         handle, device, ptrs, shapes, scalars = call
         self.variant = _lib.native().select(handle, device, list(shapes))
         point = points[self.variant]
-        params = _params(point, arch)
         cache_key = (self.variant, repr(sorted((overrides or {}).items())))
         if cache_key not in self._compiled:
             self._compiled[cache_key] = _jit(point, arch, overrides or {})
         self.kernel = self._compiled[cache_key]
-        args, tensors, it_ptr, it_dim, it_sc = [], [], iter(ptrs), iter(shapes), iter(scalars)
-        for p in params:
+        tensors = buffers if buffers is not None else call_tensors(call, points, arch)
+        args, it_tensor, it_sc = [], iter(tensors), iter(scalars)
+        for p in _params(point, arch):
             if p["kind"] == "tensor":
-                shape = tuple(next(it_dim) for _ in p["shape"])
-                t = tensor_at(next(it_ptr), shape, p["dtype"])
-                args.append(t)
-                tensors.append(t)
+                args.append(next(it_tensor))
             else:  # the native module takes every scalar as a double; the JIT checks types
                 value = next(it_sc)
                 args.append(int(value) if p["dtype"].startswith(("int", "uint")) else value)
-        self.args, self.tensors = args, tensors
+        self.args, self.tensors = args, list(tensors)
 
     def __call__(self):
         self.kernel(*self.args)
@@ -188,11 +235,24 @@ def replay_matches(jits: list[JitCase], expected: list[torch.Tensor]) -> bool:
     )
 
 
+def owned_cases(rec: Recorder, points: dict, arch: str, overrides=None) -> list[JitCase]:
+    """JIT cases of recorded launches, each on its own copy of the buffers as they were before."""
+    return [
+        JitCase(c, points, arch, overrides, [t.clone() for t in before])
+        for c, before in zip(rec.calls, rec.before, strict=True)
+    ]
+
+
+def expected_after(rec: Recorder) -> list[torch.Tensor]:
+    """tileaot's buffers right after each recorded launch, in `snapshot` order."""
+    return [t for after in rec.after for t in after]
+
+
 def compare_case(label: str, size: str, make, points, arch) -> dict:
     ours, _, _, _ = make()
-    calls = record(ours)
-    jits = [JitCase(c, points, arch) for c in calls]
-    same = replay_matches(jits, snapshot(jits))
+    rec = record_owned(ours, points, arch)
+    jits = owned_cases(rec, points, arch)
+    same = replay_matches(jits, expected_after(rec))
     t_ours, t_jit = median_us(ours), median_us(lambda: run_all(jits))
     return {
         "op": label,
@@ -215,7 +275,7 @@ def host_cost(points, arch) -> dict:
     def ours():
         tileaot.rms_norm(x, w, 1e-6, out=y)
 
-    (jit,) = [JitCase(c, points, arch) for c in record(ours)]
+    (jit,) = [JitCase(c, points, arch) for c in record(ours).calls]
     kernel, args = jit.kernel, jit.args
     return {
         "call": "rms_norm x[4, 4096] bf16, out= (3 tensors)",

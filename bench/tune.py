@@ -15,7 +15,7 @@ import ast
 import re
 import sys
 
-from jit_compare import JitCase, _points, record, replay_matches, run_all, snapshot
+from jit_compare import _points, expected_after, owned_cases, record_owned, replay_matches, run_all
 from run import load_cases, median_us
 
 
@@ -29,15 +29,15 @@ def main() -> int:
     points, arch = _points()
     label, size, make = next(c for c in load_cases() if pattern.search(c[0]))
     ours = make()[0]
-    calls = record(ours)
-    shipped = [JitCase(c, points, arch) for c in calls]
-    expected = snapshot(shipped)
+    rec = record_owned(ours, points, arch)
+    shipped = owned_cases(rec, points, arch)
+    expected = expected_after(rec)
     names = ", ".join(j.variant for j in shipped)
     print(f"{label} {size}: tileaot {median_us(ours):.1f} us ({names})")
     print(f"  JIT of the shipped source: {median_us(lambda: run_all(shipped)):.1f} us")
     for overrides in candidates:
         try:
-            jits = [JitCase(c, points, arch, overrides) for c in calls]
+            jits = owned_cases(rec, points, arch, overrides)
             same = replay_matches(jits, expected)
             us = median_us(lambda jits=jits: run_all(jits))
             print(f"  {overrides}: {us:.1f} us identical={same}", flush=True)
