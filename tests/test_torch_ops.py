@@ -38,7 +38,7 @@ __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 torch_ops = importlib.import_module("tileaot.torch_ops")
 SPECS = {s.name: s for s in importlib.import_module("tileaot.torch_ops._specs").SPECS}
 BF16, F16, F32, FP8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
-NOT_OPS = {"info", "MoeExpandResult", "register_torch_ops"}  # the rest of tileaot.__all__ are ops
+NOT_OPS = {"info", "MoeExpandResult", "register_torch_ops", "use_stream"}  # the rest are ops
 
 
 @pytest.fixture(autouse=True)

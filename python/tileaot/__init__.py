@@ -6,16 +6,21 @@ Calling an op needs only the NVIDIA driver: no JIT, no nvcc, no tilelang at run 
     >>> x = torch.randn(8, 4096, dtype=torch.bfloat16, device="cuda")
     >>> y = tileaot.rms_norm(x, torch.ones(4096, dtype=torch.bfloat16, device="cuda"))
 
+Torch is optional: the ops also take other frameworks' CUDA arrays through DLPack (CuPy, ...)
+and return that framework's arrays (see `use_stream` for their stream).
+
 Importing tileaot loads neither torch nor the native module `tileaot._C` nor the driver: torch
-is imported by the first op call, `_C` by the first call that needs it (or by accessing
-`VariantMissError` / `DriverError`), so `import tileaot` works on a machine without a GPU and
-in a source checkout. `python -m tileaot info` shows what this build contains.
+is used only when the arguments are torch tensors (so it is loaded already), `_C` is loaded by
+the first call that needs it (or by accessing `VariantMissError` / `DriverError`), so
+`import tileaot` works on a machine without a GPU and in a source checkout.
+`python -m tileaot info` shows what this build contains.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._arrays import use_stream
 from ._info import info
 from .cast_back import cast_back
 from .engram_gate import engram_gate
@@ -60,6 +65,7 @@ __all__ = [
     "swiglu_per_token_cast_fp8",
     "topk_gate",
     "transpose",
+    "use_stream",
 ]
 
 

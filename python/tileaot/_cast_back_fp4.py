@@ -6,7 +6,7 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -61,6 +61,7 @@ def cast_back_fp4(
 
     The kernel is enqueued on torch's current stream of `q`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -69,15 +70,16 @@ def cast_back_fp4(
         >>> from tileaot._cast_back_fp4 import cast_back_fp4
         >>> x_hat = cast_back_fp4(q, e, group_size=32, out_dtype=torch.float32, out=None)
     """
-    import torch
-
+    if type(q) is not _arrays.Tensor and _arrays.foreign(q):
+        return _arrays.call(cast_back_fp4, locals())
+    fw = _arrays.namespace(q)
     _validate.require_tensor("q", q)
-    if q.dtype is not torch.uint8:
+    if q.dtype is not fw.uint8:
         raise TypeError(f"q has dtype {q.dtype}; FP4 codes are torch.uint8 (two per byte)")
     _validate.require_tensor("scale", scale)
-    if scale.dtype is torch.uint8:
+    if scale.dtype is fw.uint8:
         fmt = "ue8m0"
-    elif scale.dtype is torch.float8_e4m3fn:
+    elif scale.dtype is fw.float8_e4m3fn:
         fmt = "e4m3"
     else:
         raise TypeError(
@@ -87,10 +89,10 @@ def cast_back_fp4(
     if type(group_size) is not int:
         group_size = _int_arg("group_size", group_size)
     if out_dtype is None:  # the dtype of `out`, else bfloat16
-        out_dtype = out.dtype if isinstance(out, torch.Tensor) else torch.bfloat16
-    if out_dtype is torch.bfloat16:
+        out_dtype = out.dtype if isinstance(out, fw.Tensor) else fw.bfloat16
+    if out_dtype is fw.bfloat16:
         short = "bf16"
-    elif out_dtype is torch.float32:
+    elif out_dtype is fw.float32:
         short = "fp32"
     else:
         raise TypeError(

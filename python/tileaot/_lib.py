@@ -3,11 +3,17 @@
 `import tileaot` must work where `_C` is absent (a source checkout) or cannot reach a driver, so
 nothing here runs at import time. The op functions call `handle()`, `native()` and
 `current_stream()`; tests replace `_native` with a fake module and `current_stream` with a stub.
+
+`current_stream(device)` is torch's current stream. A call with non-torch (DLPack) arrays runs
+inside `stream_override(stream)`, which makes `current_stream` answer that call's stream in its
+thread. Only processes that make such calls pay for that check (~0.2 us): until the first one,
+`current_stream` is torch's own accessor.
 """
 
 from __future__ import annotations
 
 import importlib
+import threading
 from types import ModuleType
 
 _native: ModuleType | None = None
@@ -58,7 +64,7 @@ def _resolve_current_stream(device: int) -> int:
     and rebinds `current_stream` to it, so later calls go straight to torch. The public
     `torch.cuda.current_stream()` costs ~4.5 us per call and is only the fallback.
     """
-    global current_stream
+    global current_stream, _torch_stream
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -67,11 +73,39 @@ def _resolve_current_stream(device: int) -> int:
         def raw(device: int) -> int:
             return torch.cuda.current_stream(device).cuda_stream
 
-    current_stream = raw
+    _torch_stream = raw
+    if current_stream is _resolve_current_stream:  # else `_override_or_torch` stays in place
+        current_stream = raw
     return raw(device)
 
 
 current_stream = _resolve_current_stream
+_torch_stream = _resolve_current_stream  # what `_override_or_torch` falls back to
+_override = threading.local()  # .stream: the stream of the DLPack call running in this thread
+
+
+def _override_or_torch(device: int) -> int:
+    """`current_stream` once a DLPack call has run: that call's stream inside it, else torch's."""
+    stream = getattr(_override, "stream", None)
+    return _torch_stream(device) if stream is None else stream
+
+
+class stream_override:  # noqa: N801  (used like a function: `with stream_override(s):`)
+    """Make `current_stream` return `stream` in this thread, for the with-block (re-entrant)."""
+
+    def __init__(self, stream: int) -> None:
+        self._stream = stream
+        self._saved: int | None = None
+
+    def __enter__(self) -> None:
+        global current_stream
+        if current_stream is not _override_or_torch:
+            current_stream = _override_or_torch  # once per process (or after a test's stub)
+        self._saved = getattr(_override, "stream", None)
+        _override.stream = self._stream
+
+    def __exit__(self, *exc: object) -> None:
+        _override.stream = self._saved
 
 
 def version() -> str:

@@ -7,6 +7,10 @@ slow path that works out which rule it broke and formats the message.
 
 `device_index` is the one place that insists on CUDA memory. The CPU test-suite replaces it (and
 nothing else here) so that CPU tensors pass as "device 0" and reach a fake `_C`.
+
+A "tensor" here is a torch.Tensor or an `_arrays.Array` (a view of another framework's DLPack
+array, with the same methods); the checks are the same for both, the hints in the messages
+name what each can do.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import sys
 from typing import Any
+
+from ._arrays import DTYPES, Array
 
 # Kernels index with 32-bit integers: every dimension and element count must stay below this.
 INT32_LIMIT = 1 << 31
@@ -23,28 +30,46 @@ ALIGN = 16
 
 
 class _TorchNotLoaded:
-    """Stands in for torch.Tensor until torch is imported: nothing is an instance of it."""
+    """Stands in for torch.Tensor until torch is seen: nothing is an instance of it."""
 
 
 _Tensor: type = _TorchNotLoaded
-# torch.dtype -> dispatch-key short name (kernels_py/spec.py DTYPE_SHORT), filled with _Tensor.
-_SHORT: dict[Any, str] = {}
-_TORCH_NAMES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# dtype -> dispatch-key short name (kernels_py/spec.py DTYPE_SHORT): DLPack dtypes now, torch's
+# once torch is seen.
+_SHORT: dict[Any, str] = {DTYPES[name]: short for short, name in _NAMES.items()}
 
 
 def _is_tensor(t: Any) -> bool:
-    """isinstance(t, torch.Tensor); imports torch the first time (`import tileaot` must not)."""
+    """isinstance(t, torch.Tensor), or an `Array`. Never imports torch (`import tileaot` and
+    calls with other frameworks' arrays must not): if torch is not loaded, `t` is no tensor."""
     global _Tensor
+    if type(t) is Array:
+        return True
     if _Tensor is _TorchNotLoaded:
-        import torch
-
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
         _SHORT.update({torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"})
         _Tensor = torch.Tensor
     return isinstance(t, _Tensor)
 
 
 def _not_a_tensor(name: str, t: Any) -> TypeError:
-    return TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if hasattr(t, "__dlpack__"):  # an array of another framework next to torch tensors
+        return TypeError(
+            f"{name} is a {type(t).__module__}.{type(t).__name__}, but the op's first array is "
+            "a torch.Tensor: pass arrays of one framework (torch.from_dlpack converts)"
+        )
+    return TypeError(
+        f"{name} must be a torch.Tensor, got {type(t).__name__}; without torch, pass CUDA "
+        "arrays that support DLPack (__dlpack__), e.g. CuPy arrays"
+    )
+
+
+def _hint(t: Any, torch_hint: str, array_hint: str) -> str:
+    """The fix to suggest for `t`: a torch method, or what to do with another framework's array."""
+    return array_hint if type(t) is Array else torch_hint
 
 
 def require_tensor(name: str, t: Any) -> None:
@@ -58,7 +83,8 @@ def dtype_key(name: str, t: Any, supported: tuple[str, ...]) -> str:
         raise _not_a_tensor(name, t)
     key = _SHORT.get(t.dtype)
     if key not in supported:
-        names = ", ".join(_TORCH_NAMES[k] for k in supported)
+        prefix = "" if type(t) is Array else "torch."
+        names = ", ".join(prefix + _NAMES[k] for k in supported)
         raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {names}")
     return key
 
@@ -74,9 +100,9 @@ def device_index(name: str, t: Any) -> int:
     """The CUDA device index of `t`; ValueError if `t` is not in CUDA memory."""
     if t.is_cuda:
         return t.get_device()
+    move = _hint(t, "move it with .cuda()", "copy it to a CUDA device first")
     raise ValueError(
-        f"{name} is on device '{t.device}'; tileaot kernels run on CUDA devices only "
-        "(move it with .cuda())"
+        f"{name} is on device '{t.device}'; tileaot kernels run on CUDA devices only ({move})"
     )
 
 
@@ -119,15 +145,16 @@ def check_out(name: str, t: Any, dtype: Any, shape: tuple[int, ...], device: int
 def _check_layout(name: str, t: Any) -> None:
     """The slow path: raise for the first layout rule `t` breaks (an empty tensor may pass)."""
     if not t.is_contiguous():
+        fix = _hint(t, "call .contiguous() on it", "make a contiguous copy (ascontiguousarray)")
         raise ValueError(
-            f"{name} is not contiguous (shape {tuple(t.shape)}, strides {t.stride()}); "
-            "call .contiguous() on it first"
+            f"{name} is not contiguous (shape {tuple(t.shape)}, strides {t.stride()}); {fix} first"
         )
     check_size(name, tuple(t.shape))
     if t.data_ptr() % ALIGN:
+        fix = _hint(t, ".clone() it", "copy it")
         raise ValueError(
             f"{name}'s data pointer {t.data_ptr():#x} is not {ALIGN}-byte aligned (a view at an "
-            "offset?); pass a tensor that starts on an aligned address, e.g. .clone() it"
+            f"offset?); pass a tensor that starts on an aligned address, e.g. {fix}"
         )
 
 

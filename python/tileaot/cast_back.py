@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -18,7 +18,8 @@ LAYOUTS = ("g128", "token", "block128")
 # to a multiple of 128 (whole scale blocks).
 _ROWS_PER_LAUNCH = 65535 * 32 // GROUP * GROUP
 _FP4_MODULE = __name__.rpartition(".")[0] + "._cast_back_fp4"
-_OUT_SHORT: dict[Any, str] = {}  # torch.dtype -> key name, filled on first call
+# out dtype -> key name: DLPack dtypes now, torch's added on first use (torch is imported lazily)
+_OUT_SHORT: dict[Any, str] = {_arrays.DTYPES["bfloat16"]: "bf16", _arrays.DTYPES["float32"]: "fp32"}
 _KEYS = {(o, lay): f"{o},{lay}" for o in ("bf16", "fp32") for lay in LAYOUTS}
 
 
@@ -84,6 +85,7 @@ def cast_back(
 
     The kernel is enqueued on torch's current stream of `q`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -93,25 +95,24 @@ def cast_back(
         >>> qb, sb = tileaot.per_block_cast_fp8(x)  # sb: [32, 56]
         >>> xb = tileaot.cast_back(qb, sb, out_dtype=torch.float32)  # layout block128
     """
-    import torch
-
+    if type(q) is not _arrays.Tensor and _arrays.foreign(q):
+        return _arrays.call(cast_back, locals())
+    fw = _arrays.namespace(q)
     _validate.require_tensor("q", q)
     if out_dtype is None:
-        out_dtype = torch.bfloat16
-    if q.dtype is torch.uint8:
+        out_dtype = fw.bfloat16
+    if q.dtype is fw.uint8:
         return _fp4(q, scale, layout, group_size, out_dtype, out)
-    if q.dtype is not torch.float8_e4m3fn:
+    if q.dtype is not fw.float8_e4m3fn:
         raise TypeError(
             f"q has dtype {q.dtype}; supported: torch.float8_e4m3fn, torch.uint8 (packed FP4)"
         )
     _validate.require_tensor("scale", scale)
-    if scale.dtype is not torch.float32:
+    if scale.dtype is not fw.float32:
         raise TypeError(f"scale has dtype {scale.dtype}; FP8 q takes torch.float32 scales")
-    if not _OUT_SHORT:
-        _OUT_SHORT.update({torch.bfloat16: "bf16", torch.float32: "fp32"})
-    out_key = _OUT_SHORT.get(out_dtype) if isinstance(out_dtype, torch.dtype) else None
+    out_key = _OUT_SHORT.get(out_dtype) if isinstance(out_dtype, fw.dtype) else None
     if out_key is None:
-        raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float32; got {out_dtype!r}")
+        out_key = _out_key(fw, out_dtype)
     if q.dim() != 2 or scale.dim() != 2:
         raise ValueError(
             f"q must be 2-D [M, N] and scale 2-D; got q {tuple(q.shape)}, "
@@ -148,6 +149,16 @@ def cast_back(
             (),
         )
     return x
+
+
+def _out_key(fw: Any, out_dtype: Any) -> str:
+    """The slow path of the out dtype's key name: registers `fw`'s dtypes once, else raises."""
+    if fw.bfloat16 not in _OUT_SHORT:
+        _OUT_SHORT.update({fw.bfloat16: "bf16", fw.float32: "fp32"})
+        key = _OUT_SHORT.get(out_dtype) if isinstance(out_dtype, fw.dtype) else None
+        if key is not None:
+            return key
+    raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float32; got {out_dtype!r}")
 
 
 def _layout(m: int, n: int, shape: tuple[int, ...], layout: Any, group_size: Any) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -77,6 +77,7 @@ def engram_gate(
     synchronising. It reads h, k and v once and writes `out` once (plus 4 bytes of gate per
     row); ``H`` in {2048, 4096, 7168} has register-resident fast variants, any other ``H``
     works through a generic one.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -87,6 +88,8 @@ def engram_gate(
         >>> w_k = torch.ones(H, dtype=torch.bfloat16, device="cuda")
         >>> out, g = tileaot.engram_gate(h, k, v, w_h, w_k, return_gate=True)  # g: [16, 4]
     """
+    if type(h) is not _arrays.Tensor and _arrays.foreign(h):
+        return _arrays.call(engram_gate, locals())
     key = _validate.dtype_key("h", h, _DTYPES)
     for name, t in zip(_INPUTS[1:], (k, v, w_h, w_k), strict=True):
         _validate.same_dtype(name, t, "h", h)
@@ -104,9 +107,8 @@ def engram_gate(
 
 
 def _needs_autograd(*tensors: Any) -> bool:
-    import torch
-
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    fw = _arrays.namespace(tensors[0])
+    return fw.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any):
@@ -141,18 +143,17 @@ def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any):
 
 def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
     """Validate, allocate, launch: ``(out, gate)``."""
-    import torch
-
+    fw = _arrays.namespace(h)
     rows, n, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
     if out is None:
-        y = torch.empty_like(h)  # h is contiguous, so y is too
-        gate = h.new_empty(h.shape[:-1], dtype=torch.float32)
+        y = fw.empty_like(h)  # h is contiguous, so y is too
+        gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
     elif return_gate and isinstance(out, (tuple, list)):
         if len(out) != 2:
             raise TypeError(f"out must be a tensor or an (out, g) pair; got {len(out)} items")
         y, gate = out
         _validate.check_out("out[0] (out)", y, h.dtype, h.shape, device)
-        _validate.check_out("out[1] (g)", gate, torch.float32, h.shape[:-1], device)
+        _validate.check_out("out[1] (g)", gate, fw.float32, h.shape[:-1], device)
         _validate.check_no_overlap(
             ("out[0] (out)", "out[1] (g)"), (y, gate), _INPUTS, (h, k, v, w_h, w_k)
         )
@@ -160,7 +161,7 @@ def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
         _validate.check_out("out", out, h.dtype, h.shape, device)
         _validate.check_no_overlap(("out",), (out,), _INPUTS, (h, k, v, w_h, w_k))
         y = out
-        gate = h.new_empty(h.shape[:-1], dtype=torch.float32)
+        gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
     if rows == 0:
         return y, gate
     _lib.native().launch(

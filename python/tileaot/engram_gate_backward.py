@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 from .engram_gate import check_inputs
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def engram_gate_backward(
     synchronise): the first reads grad_out, h, k, v once and writes grad_h, grad_k, grad_v
     once, plus a ``[blocks, H]`` float32 scratch of per-block weight-gradient sums (a few
     blocks per SM); the second reduces the scratch.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -103,8 +105,9 @@ def engram_gate_backward(
         >>> grad_h, grad_k, grad_v, grad_w_h, grad_w_k = tileaot.engram_gate_backward(
         ...     go, h, k, v, w_h, w_k, 1e-6)
     """
-    import torch
-
+    if type(grad_out) is not _arrays.Tensor and _arrays.foreign(grad_out):
+        return _arrays.call(engram_gate_backward, locals())
+    fw = _arrays.namespace(grad_out)
     key = _validate.dtype_key("h", h, _DTYPES)
     for name, t in (("grad_out", grad_out), ("k", k), ("v", v), ("w_h", w_h), ("w_k", w_k)):
         _validate.same_dtype(name, t, "h", h)
@@ -117,8 +120,8 @@ def engram_gate_backward(
     if g is not None:
         _check_gate(g, h)
     if out is None:
-        grads = (torch.empty_like(h), torch.empty_like(h), torch.empty_like(h))
-        wgrads = (torch.empty_like(w_h), torch.empty_like(w_k))
+        grads = (fw.empty_like(h), fw.empty_like(h), fw.empty_like(h))
+        wgrads = (fw.empty_like(w_h), fw.empty_like(w_k))
     else:
         grads, wgrads = _check_out(out, h, w_h, device, (grad_out, h, k, v, w_h, w_k))
     if rows == 0:
@@ -126,7 +129,7 @@ def engram_gate_backward(
             t.zero_()  # a sum over no rows
         return (*grads, *wgrads)
     blocks = min(rows, _sm_count(device) * _BLOCKS_PER_SM.get((key, n), _GENERIC_BLOCKS_PER_SM))
-    partial = h.new_empty((blocks, n), dtype=torch.float32)
+    partial = h.new_empty((blocks, n), dtype=fw.float32)
     ptrs = (grad_out, h, k, v, w_h, w_k, *grads, *wgrads, partial)
     _lib.native().launch(
         _lib.handle(_OP, key),
@@ -140,10 +143,9 @@ def engram_gate_backward(
 
 
 def _check_gate(g: Any, h: Any) -> None:
-    import torch
-
+    fw = _arrays.namespace(g)
     _validate.require_tensor("g", g)
-    if g.dtype is not torch.float32:
+    if g.dtype is not fw.float32:
         raise TypeError(f"g has dtype {g.dtype}; the gate engram_gate returns is torch.float32")
     if g.shape != h.shape[:-1]:
         raise ValueError(
@@ -172,9 +174,14 @@ def _sm_count(device: int) -> int:
     """Streaming multiprocessors of CUDA device `device` (read once per device)."""
     count = _SM_COUNT.get(device)
     if count is None:
-        import torch
+        torch = sys.modules.get("torch")  # without torch (DLPack arrays), ask the driver
+        if torch is None:
+            from ._driver import sm_count
 
-        count = _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
+            count = _SM_COUNT[device] = sm_count(device)
+        else:
+            props = torch.cuda.get_device_properties(device)
+            count = _SM_COUNT[device] = props.multi_processor_count
     return count
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +44,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -
 
     The kernel is enqueued on torch's current stream of `a`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -52,6 +53,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -
         >>> c = tileaot.gemm(a, w)  # [512, 256], like torch.nn.functional.linear(a, w)
         >>> torch.testing.assert_close(c, a @ w.T, rtol=1e-2, atol=1e-1)
     """
+    if type(a) is not _arrays.Tensor and _arrays.foreign(a):
+        return _arrays.call(gemm, locals())
     key = _validate.dtype_key("a", a, _DTYPES)
     _validate.same_dtype("b", b, "a", a)
     if a.dim() != 2 or b.dim() != 2:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -90,6 +90,7 @@ def moe_expand(
 
     The kernels (count, scan, rank, pad, copy) are enqueued in order on torch's current stream
     of `x`'s device; the call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -100,10 +101,11 @@ def moe_expand(
         >>> torch.equal(xs[pos[0, 0]], x[0])
         True
     """
-    import torch
-
-    fp8 = _dtype(x, "x", (torch.bfloat16, torch.float8_e4m3fn)) is torch.float8_e4m3fn
-    _dtype(idx, "idx", (torch.int32,))
+    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+        return _arrays.call(moe_expand, locals())
+    fw = _arrays.namespace(x)
+    fp8 = _dtype(x, "x", (fw.bfloat16, fw.float8_e4m3fn)) is fw.float8_e4m3fn
+    _dtype(idx, "idx", (fw.int32,))
     if x.dim() != 2 or idx.dim() != 2 or idx.shape[0] != x.shape[0]:
         raise ValueError(
             f"x must be [T, H] and idx [T, K] with the same T; got x {tuple(x.shape)}, "
@@ -122,7 +124,7 @@ def moe_expand(
             raise ValueError(
                 f"fp8 x needs H % {GROUP} == 0 (one scale per {GROUP} columns); H = {h}"
             )
-        _dtype(x_scale, "x_scale", (torch.float32,))
+        _dtype(x_scale, "x_scale", (fw.float32,))
         if x_scale.shape != (t, h // GROUP):
             raise ValueError(
                 f"x_scale must be [T, H // {GROUP}] = ({t}, {h // GROUP}); "
@@ -142,7 +144,7 @@ def moe_expand(
         )
     _validate.check_size("x_sorted [T*K + E*(alignment-1), H]", (rows, h))
     shapes_out = [(rows, h), (e + 1,), (t, k)] + ([(rows, h // GROUP)] if fp8 else [])
-    dtypes_out = [x.dtype, torch.int32, torch.int32] + ([torch.float32] if fp8 else [])
+    dtypes_out = [x.dtype, fw.int32, fw.int32] + ([fw.float32] if fp8 else [])
     names_out = ("out[0] (x_sorted)", "out[1] (expert_offsets)", "out[2] (token_pos)")
     names_out += ("out[3] (x_sorted_scale)",) if fp8 else ()
     if out is None:
@@ -164,7 +166,7 @@ def moe_expand(
     # Scratch: per-chunk expert counts (then their prefixes), then per-expert totals starting
     # on a 16-byte boundary (as if they were two aligned tensors).
     totals_at = -(-(chunks * e) // 4) * 4
-    scratch = torch.empty(totals_at + e, dtype=torch.int32, device=x.device)
+    scratch = x.new_empty(totals_at + e, dtype=fw.int32)
     counts_ptr = scratch.data_ptr()
     totals_ptr = counts_ptr + totals_at * 4
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 from .moe_expand import _dtype
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "moe_reduce"
-_SHORT = {"torch.bfloat16": "bf16", "torch.float32": "fp32"}
+_SHORT = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "bfloat16": "bf16", "float32": "fp32"}
 _KEYS: dict[tuple[Any, Any, bool], str] = {}  # (y dtype, out dtype, weighted) -> dispatch key
 
 
@@ -62,6 +62,7 @@ def moe_reduce(
 
     The kernel is enqueued on torch's current stream of `y_sorted`'s device; the call returns
     without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -71,13 +72,14 @@ def moe_reduce(
         >>> ys = xs  # run the experts on xs here (a grouped GEMM over offsets)
         >>> y = tileaot.moe_reduce(ys, pos, probs)  # [4096, 7168] bf16, = x * probs.sum(-1)
     """
-    import torch
-
-    floats = (torch.bfloat16, torch.float32)
+    if type(y_sorted) is not _arrays.Tensor and _arrays.foreign(y_sorted):
+        return _arrays.call(moe_reduce, locals())
+    fw = _arrays.namespace(y_sorted)
+    floats = (fw.bfloat16, fw.float32)
     y_dtype = _dtype(y_sorted, "y_sorted", floats)
-    _dtype(token_pos, "token_pos", (torch.int32,))
+    _dtype(token_pos, "token_pos", (fw.int32,))
     if out_dtype is None:
-        out_dtype = out.dtype if isinstance(out, torch.Tensor) else y_dtype
+        out_dtype = out.dtype if isinstance(out, fw.Tensor) else y_dtype
         if out_dtype not in floats:  # out's own dtype, which nothing below checks
             raise TypeError(
                 f"out has dtype {out_dtype}; moe_reduce writes torch.bfloat16 or torch.float32"
@@ -95,7 +97,7 @@ def moe_reduce(
     t, k = token_pos.shape
     weighted = weights is not None
     if weighted:
-        _dtype(weights, "weights", (torch.float32,))
+        _dtype(weights, "weights", (fw.float32,))
         if weights.shape != token_pos.shape:
             raise ValueError(
                 f"weights must have the shape of token_pos {tuple(token_pos.shape)}; got "

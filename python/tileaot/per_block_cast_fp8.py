@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +57,7 @@ def per_block_cast_fp8(
 
     The kernel is enqueued on torch's current stream of `x`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -65,8 +66,9 @@ def per_block_cast_fp8(
         >>> s = scale.repeat_interleave(128, 0).repeat_interleave(128, 1)
         >>> w_hat = q.float() * s  # ≈ w, within e4m3 rounding
     """
-    import torch
-
+    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+        return _arrays.call(per_block_cast_fp8, locals())
+    fw = _arrays.namespace(x)
     dtype = _validate.dtype_key("x", x, _DTYPES)
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D [M, N]; got shape {tuple(x.shape)}")
@@ -74,14 +76,14 @@ def per_block_cast_fp8(
     bm, bn = -(-m // BLOCK), -(-n // BLOCK)
     device = _validate.check_memory(("x",), (x,))
     if out is None:
-        q = x.new_empty(m, n, dtype=torch.float8_e4m3fn)  # sizes as varargs: 1 us faster
-        scale = x.new_empty(bm, bn, dtype=torch.float32)
+        q = x.new_empty(m, n, dtype=fw.float8_e4m3fn)  # sizes as varargs: 1 us faster
+        scale = x.new_empty(bm, bn, dtype=fw.float32)
     else:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError(f"out must be a (q, scale) pair of tensors; got {type(out).__name__}")
         q, scale = out
-        _validate.check_out("out[0] (q)", q, torch.float8_e4m3fn, (m, n), device)
-        _validate.check_out("out[1] (scale)", scale, torch.float32, (bm, bn), device)
+        _validate.check_out("out[0] (q)", q, fw.float8_e4m3fn, (m, n), device)
+        _validate.check_out("out[1] (scale)", scale, fw.float32, (bm, bn), device)
         _validate.check_no_overlap(("out[0] (q)", "out[1] (scale)"), (q, scale), ("x",), (x,))
     if m == 0 or n == 0:
         return q, scale

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -72,6 +72,7 @@ def per_token_cast_fp4(
 
     The kernel is enqueued on torch's current stream of `x`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -80,8 +81,9 @@ def per_token_cast_fp4(
         >>> x_hat = tileaot.cast_back(q, e, group_size=32)  # bf16 [16, 7168]
         >>> q16, s16 = tileaot.per_token_cast_fp4(x, 16, "e4m3")  # s16: float8_e4m3fn
     """
-    import torch
-
+    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+        return _arrays.call(per_token_cast_fp4, locals())
+    fw = _arrays.namespace(x)
     dtype = _validate.dtype_key("x", x, _DTYPES)
     if type(group_size) is not int:
         group_size = _int_arg("group_size", group_size)
@@ -103,15 +105,15 @@ def per_token_cast_fp4(
     device = _validate.check_memory(("x",), (x,))
     q_shape = (*shape[:-1], n // 2)
     s_shape = (*shape[:-1], n // group_size)
-    s_dtype = torch.uint8 if scale_format == "ue8m0" else torch.float8_e4m3fn
+    s_dtype = fw.uint8 if scale_format == "ue8m0" else fw.float8_e4m3fn
     if out is None:
-        q = x.new_empty(q_shape, dtype=torch.uint8)
+        q = x.new_empty(q_shape, dtype=fw.uint8)
         scale = x.new_empty(s_shape, dtype=s_dtype)
     else:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError(f"out must be a (q, scale) pair of tensors; got {type(out).__name__}")
         q, scale = out
-        _validate.check_out("out[0] (q)", q, torch.uint8, q_shape, device)
+        _validate.check_out("out[0] (q)", q, fw.uint8, q_shape, device)
         _validate.check_out("out[1] (scale)", scale, s_dtype, s_shape, device)
         _validate.check_no_overlap(("out[0] (q)", "out[1] (scale)"), (q, scale), ("x",), (x,))
     numel = x.numel()

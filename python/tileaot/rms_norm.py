@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -51,6 +51,7 @@ def rms_norm(
 
     The kernel is enqueued on torch's current stream of `x`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -60,8 +61,9 @@ def rms_norm(
         >>> ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
         >>> torch.testing.assert_close(y, (ref * w.float()).bfloat16())
     """
-    import torch
-
+    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+        return _arrays.call(rms_norm, locals())
+    fw = _arrays.namespace(x)
     key = _validate.dtype_key("x", x, _DTYPES)
     _validate.same_dtype("weight", weight, "x", x)
     if type(eps) is not float or not 0.0 <= eps < _INF:
@@ -76,7 +78,7 @@ def rms_norm(
         )
     device = _validate.check_memory(("x", "weight"), (x, weight))
     if out is None:
-        y = torch.empty_like(x)  # x is contiguous, so y is too
+        y = fw.empty_like(x)  # x is contiguous, so y is too
     else:
         _validate.check_out("out", out, x.dtype, shape, device)
         _validate.check_no_overlap(("out",), (out,), ("x", "weight"), (x, weight))

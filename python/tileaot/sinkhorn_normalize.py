@@ -6,7 +6,7 @@ import math
 import operator
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -72,6 +72,7 @@ def sinkhorn_normalize(
 
     The kernel is enqueued on torch's current stream of `logits`' device (as torch ops are);
     the call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -80,10 +81,11 @@ def sinkhorn_normalize(
         >>> p.sum(dim=-1)  # ~1
         >>> p.square().sum().backward()  # logits.grad via sinkhorn_normalize_backward
     """
-    import torch
-
+    if type(logits) is not _arrays.Tensor and _arrays.foreign(logits):
+        return _arrays.call(sinkhorn_normalize, locals())
+    fw = _arrays.namespace(logits)
     n, repeat, eps = check_args("logits", logits, repeat, eps)
-    if logits.requires_grad and torch.is_grad_enabled():
+    if logits.requires_grad and fw.is_grad_enabled():
         if out is not None:
             raise ValueError(
                 "out= is not allowed when logits requires grad (the result would not be "
@@ -119,11 +121,10 @@ def check_args(name: str, logits: Any, repeat: Any, eps: Any) -> tuple[int, int,
 def _forward(
     logits: torch.Tensor, n: int, repeat: int, eps: float, out: torch.Tensor | None
 ) -> torch.Tensor:
-    import torch
-
+    fw = _arrays.namespace(logits)
     device = _validate.check_memory(("logits",), (logits,))
     if out is None:
-        p = torch.empty_like(logits)
+        p = fw.empty_like(logits)
     else:
         _validate.check_out("out", out, logits.dtype, logits.shape, device)
         _validate.check_no_overlap(("out",), (out,), ("logits",), (logits,))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 from .sinkhorn_normalize import check_args
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ def sinkhorn_normalize_backward(
 
     The kernel is enqueued on torch's current stream of `logits`' device (as torch ops are);
     the call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -65,8 +66,9 @@ def sinkhorn_normalize_backward(
         >>> grad_out = torch.randn_like(logits)
         >>> g = tileaot.sinkhorn_normalize_backward(grad_out, logits, repeat=20, eps=1e-6)
     """
-    import torch
-
+    if type(grad_out) is not _arrays.Tensor and _arrays.foreign(grad_out):
+        return _arrays.call(sinkhorn_normalize_backward, locals())
+    fw = _arrays.namespace(grad_out)
     n, repeat, eps = check_args("logits", logits, repeat, eps)
     _validate.same_dtype("grad_out", grad_out, "logits", logits)
     if grad_out.shape != logits.shape:
@@ -76,7 +78,7 @@ def sinkhorn_normalize_backward(
         )
     device = _validate.check_memory(("grad_out", "logits"), (grad_out, logits))
     if out is None:
-        grad = torch.empty_like(logits)
+        grad = fw.empty_like(logits)
     else:
         _validate.check_out("out", out, logits.dtype, logits.shape, device)
         _validate.check_no_overlap(("out",), (out,), ("grad_out", "logits"), (grad_out, logits))

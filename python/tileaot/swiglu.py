@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +46,7 @@ def swiglu(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
 
     The kernel is enqueued on torch's current stream of `x`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -54,6 +55,8 @@ def swiglu(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         >>> g, u = x.float().chunk(2, dim=-1)
         >>> torch.testing.assert_close(y, (torch.nn.functional.silu(g) * u).bfloat16())
     """
+    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+        return _arrays.call(swiglu, locals())
     key = _validate.dtype_key("x", x, _DTYPES)
     shape = x.shape
     if not shape:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +75,7 @@ def swiglu_per_token_cast_fp8(
 
     The kernel is enqueued on torch's current stream of `x`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -83,8 +84,9 @@ def swiglu_per_token_cast_fp8(
         >>> q, scale = tileaot.swiglu_per_token_cast_fp8(x, w, clamp=7.0)  # scale: [64, 16]
         >>> a_hat = (q.float().view(64, 16, 128) * scale[:, :, None]).view(64, 2048)
     """
-    import torch
-
+    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+        return _arrays.call(swiglu_per_token_cast_fp8, locals())
+    fw = _arrays.namespace(x)
     _validate.dtype_key("x", x, (_KEY,))
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D [M, 2H]; got shape {tuple(x.shape)}")
@@ -97,7 +99,7 @@ def swiglu_per_token_cast_fp8(
         )
     if weights is not None:
         _validate.require_tensor("weights", weights)
-        if weights.dtype is not torch.float32:
+        if weights.dtype is not fw.float32:
             raise TypeError(f"weights has dtype {weights.dtype}; it must be torch.float32")
         if weights.shape != (m,):
             raise ValueError(
@@ -111,14 +113,14 @@ def swiglu_per_token_cast_fp8(
     limit = _INF if clamp is None else _check_clamp(clamp)
     groups = h // GROUP
     if out is None:
-        q = x.new_empty(m, h, dtype=torch.float8_e4m3fn)
-        scale = x.new_empty(m, groups, dtype=torch.float32)
+        q = x.new_empty(m, h, dtype=fw.float8_e4m3fn)
+        scale = x.new_empty(m, groups, dtype=fw.float32)
     else:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise TypeError(f"out must be a (q, scale) pair of tensors; got {type(out).__name__}")
         q, scale = out
-        _validate.check_out("out[0] (q)", q, torch.float8_e4m3fn, (m, h), device)
-        _validate.check_out("out[1] (scale)", scale, torch.float32, (m, groups), device)
+        _validate.check_out("out[0] (q)", q, fw.float8_e4m3fn, (m, h), device)
+        _validate.check_out("out[1] (scale)", scale, fw.float32, (m, groups), device)
         _validate.check_no_overlap(("out[0] (q)", "out[1] (scale)"), (q, scale), in_names, ins)
     if m == 0 or h == 0:
         return q, scale

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -71,6 +71,7 @@ def topk_gate(
 
     The kernel is enqueued on torch's current stream of `scores`' device (as torch ops are);
     the call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -81,8 +82,9 @@ def topk_gate(
         >>> p = torch.sigmoid(logits).gather(-1, ref)
         >>> torch.testing.assert_close(w, p / p.sum(-1, keepdim=True))
     """
-    import torch
-
+    if type(scores) is not _arrays.Tensor and _arrays.foreign(scores):
+        return _arrays.call(topk_gate, locals())
+    fw = _arrays.namespace(scores)
     _validate.dtype_key("scores", scores, ("fp32",))
     if scores.dim() != 2:
         raise ValueError(f"scores must be 2-D [T, E]; got shape {tuple(scores.shape)}")
@@ -102,7 +104,7 @@ def topk_gate(
         raise ValueError(f"k must be in [1, {min(MAX_K, e)}] (at most 16 and E = {e}); got {k}")
     device = _validate.check_memory(("scores",), (scores,))
     if out is None:
-        idx = scores.new_empty(t, k, dtype=torch.int32)
+        idx = scores.new_empty(t, k, dtype=fw.int32)
         weights = scores.new_empty(t, k)
     else:
         if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -110,8 +112,8 @@ def topk_gate(
                 f"out must be an (idx, weights) pair of tensors; got {type(out).__name__}"
             )
         idx, weights = out
-        _validate.check_out("out[0] (idx)", idx, torch.int32, (t, k), device)
-        _validate.check_out("out[1] (weights)", weights, torch.float32, (t, k), device)
+        _validate.check_out("out[0] (idx)", idx, fw.int32, (t, k), device)
+        _validate.check_out("out[1] (weights)", weights, fw.float32, (t, k), device)
         _validate.check_no_overlap(
             ("out[0] (idx)", "out[1] (weights)"), (idx, weights), ("scores",), (scores,)
         )

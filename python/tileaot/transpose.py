@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from . import _lib, _validate
+from . import _arrays, _lib, _validate
 
 if TYPE_CHECKING:
     import torch
@@ -24,20 +24,22 @@ _KEY_BY_DTYPE_NAME = {
     "float32": "fp32",
     "int32": "fp32",
 }
-_KEYS: dict[Any, str] = {}  # torch.dtype -> key, filled on the first call (torch is lazy)
+# dtype -> key: DLPack dtypes now, torch's added on first use (torch is imported lazily)
+_KEYS: dict[Any, str] = {_arrays.DTYPES[n]: k for n, k in _KEY_BY_DTYPE_NAME.items()}
 # gridDim.z (one z per batch matrix) stops at 65535; larger batches go in chunks of this many
 # matrices, a multiple of 16 so every chunk's base address stays 16-byte aligned.
 _BATCH_CHUNK = 65520
 
 
 def _key(x: Any) -> str:
-    if not _KEYS:
-        import torch
-
-        _KEYS.update({getattr(torch, n): k for n, k in _KEY_BY_DTYPE_NAME.items()})
     key = _KEYS.get(x.dtype)
     if key is None:
-        names = ", ".join(f"torch.{n}" for n in _KEY_BY_DTYPE_NAME)
+        fw = _arrays.namespace(x)
+        if fw.bfloat16 not in _KEYS:
+            _KEYS.update({getattr(fw, n): k for n, k in _KEY_BY_DTYPE_NAME.items()})
+            return _key(x)
+        prefix = "" if fw is _arrays.STAND_IN else "torch."
+        names = ", ".join(prefix + n for n in _KEY_BY_DTYPE_NAME)
         raise TypeError(f"x has dtype {x.dtype}; supported dtypes: {names}")
     return key
 
@@ -73,6 +75,7 @@ def transpose(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tens
 
     The kernel is enqueued on torch's current stream of `x`'s device (as torch ops are); the
     call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
         >>> import torch, tileaot
@@ -80,6 +83,8 @@ def transpose(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tens
         >>> y = tileaot.transpose(x)  # [7168, 32768]
         >>> assert torch.equal(y, x.t().contiguous())
     """
+    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+        return _arrays.call(transpose, locals())
     _validate.require_tensor("x", x)
     key = _key(x)
     shape = x.shape
