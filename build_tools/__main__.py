@@ -1,5 +1,5 @@
 """CLI: python -m build_tools {generate,compile,compile-all,list,config,wheel,sdist,audit-wheel,
-                              merge,report,hip}
+                              merge,report,pack,hip}
 
 generate needs tilelang + torch (CPU); compile needs only NVRTC (or nvcc) and the headers.
 """
@@ -43,6 +43,7 @@ _MODULE_COMMANDS = {
     "audit-wheel": ("build_tools.wheel_audit", "check a wheel bundles/needs no CUDA library"),
     "merge": ("build_tools.shard", "merge the gen folders of `generate --shard i/n` into one"),
     "report": ("build_tools.report", "write GEN/report.{md,json}; check the size budget"),
+    "pack": ("build_tools.blob", "pack a cubin into the (zlib-compressed) blob libtileaot embeds"),
     "hip": ("build_tools.hip", "HIP sources + manifest for gfx90a/gfx942 (docs/HIP.md)"),
 }
 

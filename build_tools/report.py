@@ -6,8 +6,9 @@ Reads what the build left in GEN (manifest.json, stats/trace.json from generate,
 cache; totals; the ten slowest; size per op and per arch. CMake runs it after the last
 compile and before linking, so an exceeded TILEAOT_SIZE_BUDGET_MB stops the build there.
 
-Sizes: `bytes` is what the cubins occupy in libtileaot.so once installed; `zipped` is their
-deflate size, about what they add to the wheel (a zip). The budget applies to `zipped`.
+Sizes: `bytes` is the cubins' own size (what the driver loads); `zipped` is their deflate size,
+about what they take in libtileaot.so (which embeds them zlib-compressed: build_tools/blob.py)
+and add to the wheel. The budget applies to `zipped`.
 """
 
 from __future__ import annotations
@@ -154,8 +155,9 @@ def to_markdown(report: dict) -> str:
         f"- compiling (each cubin as last built): {t['compiled']} compiled, "
         f"{t['cubins_from_cache']} from cache, {t['cubins_missing']} not built, "
         f"{format_seconds(t['compile_seconds'])} of compile time",
-        f"- cubins: {_mib(t['bytes'])} MiB in libtileaot.so, {_mib(t['zipped'])} MiB zipped "
-        f"(about what they add to the wheel); {t['with_debug_info']} with debug info",
+        f"- cubins: {_mib(t['bytes'])} MiB, {_mib(t['zipped'])} MiB zipped (about what they "
+        f"take in libtileaot.so, which embeds them compressed, and add to the wheel); "
+        f"{t['with_debug_info']} with debug info",
         "",
         "## Size per op",
         "",

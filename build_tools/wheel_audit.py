@@ -5,6 +5,9 @@ At run time tileaot needs only the NVIDIA driver, which libtileaot dlopen()s whe
 library in DT_NEEDED (not even libcuda.so.1: `import tileaot` must work without a driver), none
 may be bundled (auditwheel repair would graft DT_NEEDED libraries into tileaot.libs/), and
 RUNPATHs may only point inside the wheel ($ORIGIN), never at the build machine's toolkit.
+System libraries on the manylinux policy's list stay allowed: libc, libm, libdl, libpthread,
+libstdc++, libgcc_s, and libz.so.1, which libtileaot links to inflate its zlib-compressed
+cubins (auditwheel leaves listed libraries out of the wheel).
 
 Reads ELF files with pyelftools (installed with auditwheel).
 """

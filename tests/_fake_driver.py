@@ -87,11 +87,14 @@ def fake_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def run_child(body: str, driver: Path | None, **env: str) -> dict:
+def run_child(
+    body: str, driver: Path | None, package_parent: Path | None = None, **env: str
+) -> dict:
     """Runs PRELUDE + body in a fresh interpreter with the fake driver in `driver` (None: no
-    fake) and the extra environment `env`; returns its report."""
+    fake) and the extra environment `env`; returns its report. `package_parent`: the folder
+    whose tileaot the child imports (default: the one the tests import)."""
     environ = dict(os.environ, **env)
-    package_parent = str(Path(tileaot.__file__).resolve().parents[1])
+    package_parent = str(package_parent or Path(tileaot.__file__).resolve().parents[1])
     environ["PYTHONPATH"] = os.pathsep.join([package_parent, environ.get("PYTHONPATH", "")])
     if driver is not None:
         environ["FAKE_CUDA"] = "1"

@@ -1,16 +1,23 @@
-"""build_tools on the CPU: the matrix, tracing determinism, and what the gen folder holds."""
+"""build_tools on the CPU: the matrix, tracing determinism, what the gen folder holds, and how
+cubins are packed and embedded in the library."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import shutil
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
 
+from build_tools.blob import embedded_cubins, pack, unpack
+from build_tools.emit_cpp import emit_blob_table
 from build_tools.matrix import enumerate_variants, parse_archs, parse_ops
 from kernels_py import all_specs
 from kernels_py.spec import DEFAULT_ARCHS
@@ -132,3 +139,146 @@ def test_launch_facts_of_a_tma_kernel(gen_pair):
     assert kernel["smem"] > 48 * 1024  # needs the dynamic shared memory attribute
     assert gemm["constraints"] == {"K": 8}
     assert "if (d_K % 8 != 0) return false;" in (gen / "registry.cpp").read_text()
+
+
+# ---- embedded blobs: build_tools/blob.py packs, cmake/TileaotCubins.cmake embeds ---------------
+
+
+def _fake_cubin(n: int, word: bytes = b"sm_90a kernel ") -> bytes:
+    """An ELF-shaped image (its section header table ends it) with a compressible body."""
+    image = bytearray((word * (n // len(word) + 1))[:n])
+    image[:64] = b"\x7fELF" + bytes(60)
+    struct.pack_into("<QQ", image, 0x20, 0, n - 128)  # e_phoff, e_shoff
+    struct.pack_into("<HHHH", image, 0x36, 0, 0, 64, 2)  # phentsize, phnum, shentsize, shnum
+    return bytes(image)
+
+
+def test_blob_round_trips_compressed_or_stored():
+    cubin = _fake_cubin(8192)
+    blob = pack(cubin)
+    assert blob[:8] == struct.pack("<Q", 8192) and len(blob) < 8192 // 4  # level-9 zlib
+    assert zlib.decompress(blob[8:]) == cubin and unpack(blob) == cubin
+    noise = random.Random(0).randbytes(4096)  # does not get smaller: stored as is
+    assert pack(noise) == bytes(8) + noise and unpack(pack(noise)) == noise
+    assert pack(cubin, compress=False) == bytes(8) + cubin
+    with pytest.raises(ValueError, match="header says 8193"):
+        unpack(struct.pack("<Q", 8193) + blob[8:])
+    with pytest.raises(ValueError, match="zlib stream is corrupt"):
+        unpack(blob[:20] + bytes([blob[20] ^ 0x5A]) + blob[21:])
+    with pytest.raises(ValueError, match="8-byte header"):
+        unpack(blob[:5])
+
+
+def test_packing_is_deterministic_and_leaves_an_unchanged_blob_alone(tmp_path):
+    cubin = tmp_path / "k.sm_90a.cubin"
+    cubin.write_bytes(_fake_cubin(20000))
+    out = tmp_path / "blobs" / "k.sm_90a.cubin.blob"
+
+    def run(*cmd: str) -> None:
+        subprocess.run([sys.executable, "-m", *cmd], check=True, cwd=ROOT)
+
+    run("build_tools.blob", str(cubin), "-o", str(out))  # what CMake runs
+    first, mtime = out.read_bytes(), out.stat().st_mtime_ns
+    assert first == pack(cubin.read_bytes())
+    run("build_tools.blob", str(cubin), "-o", str(out))
+    assert out.read_bytes() == first and out.stat().st_mtime_ns == mtime  # not rewritten
+    run("build_tools", "pack", str(cubin), "-o", str(tmp_path / "again.blob"))
+    assert (tmp_path / "again.blob").read_bytes() == first
+
+
+def test_embedded_cubins_are_found_stored_or_compressed():
+    stored, compressed = _fake_cubin(4096, b"stored "), _fake_cubin(9000)
+    filler = random.Random(1).randbytes(3000)
+    library = b"\x7fELF" + filler + pack(compressed)[8:] + filler + stored + filler
+    assert sorted(embedded_cubins(library)) == sorted([stored, compressed])
+
+
+DUMP_CPP = """
+#include <cstdio>
+#include <string>
+
+#include "blob.h"
+
+namespace tileaot::detail {
+%s
+}  // namespace tileaot::detail
+
+// Per blob: arch, recorded inflated size, payload and the image the runtime would load (hex).
+int main() {
+  using namespace tileaot::detail;
+  auto hex = [](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) std::printf("%%02x", static_cast<const unsigned char*>(p)[i]);
+  };
+  for (int32_t i = 0; i < kNumBlobs; ++i) {
+    const Blob& blob = kBlobs[i];
+    BlobImage image;
+    std::string detail;
+    if (image.open(blob, &detail) != BlobImage::kOk) {
+      std::printf("%%s\\n", detail.c_str());
+      return 1;
+    }
+    std::printf("%%s %%llu ", blob.compiled_arch, (unsigned long long)*blob.inflated_size);
+    hex(blob.data, blob.size);
+    std::printf(" ");
+    hex(image.data(), image.size());
+    std::printf("\\n");
+  }
+}
+"""
+
+EMBED_CMAKE = """
+cmake_minimum_required(VERSION 3.24)
+project(embed_check CXX ASM)
+find_package(Python REQUIRED COMPONENTS Interpreter)
+find_package(ZLIB REQUIRED)
+include("{root}/cmake/TileaotCubins.cmake")
+tileaot_add_cubins(GEN "{gen}" ENTRIES {entries} PREBUILT ON COMPRESS ON
+                   OUT_CUBINS cubins OUT_BLOBS blobs OUT_ASM asm)
+add_executable(dump dump.cpp "{root}/cpp/runtime/blob.cpp" "${{asm}}" ${{blobs}})
+set_source_files_properties(${{blobs}} PROPERTIES HEADER_FILE_ONLY ON)
+set_source_files_properties("${{asm}}" PROPERTIES OBJECT_DEPENDS "${{blobs}}")
+set_target_properties(dump PROPERTIES CXX_STANDARD 17)
+target_include_directories(dump PRIVATE "{root}/cpp/runtime")
+target_compile_definitions(dump PRIVATE TILEAOT_HAVE_ZLIB=1)
+target_link_libraries(dump PRIVATE ZLIB::ZLIB)
+"""
+
+
+@pytest.mark.skipif(
+    not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("c++")),
+    reason="needs cmake, ninja and a C++ compiler",
+)
+def test_embed_step_puts_each_blob_and_its_size_behind_the_generated_table(tmp_path):
+    """The real packer, blobs.S and generated kBlobs table, built twice: the embedded payloads
+    are the packed bytes, the recorded sizes right, the runtime's images the cubins, and both
+    builds embed the same bytes."""
+    gen = tmp_path / "gen"
+    noise = random.Random(2).randbytes(2000)
+    cubins = {"a.sm_90a.cubin": _fake_cubin(12000), "b.sm_80.cubin": noise}
+    for name, data in cubins.items():
+        (gen / "cubin").mkdir(parents=True, exist_ok=True)
+        (gen / "cubin" / name).write_bytes(data)
+    blobs = [{"symbol": f"tileaot_blob_{i}", "arch": n.split(".")[1]} for i, n in enumerate(cubins)]
+    entries = " ".join(
+        f'"src/{n}.cu|{b["arch"]}|cubin/{n}|{b["symbol"]}"'
+        for n, b in zip(cubins, blobs, strict=True)
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(EMBED_CMAKE.format(root=ROOT, gen=gen, entries=entries))
+    (project / "dump.cpp").write_text(DUMP_CPP % emit_blob_table(blobs))
+    dumps = []
+    for build in ("b1", "b2"):
+        cfg = [f"-DPython_EXECUTABLE={sys.executable}", "-G", "Ninja"]
+        subprocess.run(["cmake", "-S", project, "-B", tmp_path / build, *cfg], check=True)
+        subprocess.run(["cmake", "--build", tmp_path / build], check=True)
+        out = subprocess.run([tmp_path / build / "dump"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
+        dumps.append(out.stdout.split())
+    assert dumps[0] == dumps[1]
+    rows = [dumps[0][i : i + 4] for i in (0, 4)]
+    for (name, data), row in zip(cubins.items(), rows, strict=True):
+        packed = pack(data)
+        assert row[0] == name.split(".")[1] and int(row[1]) == struct.unpack("<Q", packed[:8])[0]
+        assert bytes.fromhex(row[2]) == packed[8:] and bytes.fromhex(row[3]) == data
+    assert int(dumps[0][1]) == 12000 and int(dumps[0][5]) == 0  # compressed, stored

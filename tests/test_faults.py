@@ -2,18 +2,23 @@
 
 Each fault runs through the real native module and runtime in a child process: no driver, a
 driver that finds no GPU, a GPU whose SM no variant of the wheel runs on, a failed module load
-(out of memory, no image for the GPU), a failed launch, an out-of-memory on an output
-allocation. After each, the next valid call must work. The GPU is the fake driver of
-cpp/tests_native (see tests/_fake_driver.py); tests/test_gpu_reliability.py has the
-out-of-memory case on a real GPU.
+(out of memory, no image for the GPU), a damaged library whose compressed cubins do not
+inflate, a failed launch, an out-of-memory on an output allocation. After each, the next valid
+call must work. The GPU is the fake driver of cpp/tests_native (see tests/_fake_driver.py);
+tests/test_gpu_reliability.py has the out-of-memory case on a real GPU.
 """
 
 from __future__ import annotations
 
 import ctypes.util
+import re
+import shutil
+import zlib
+from pathlib import Path
 
 import pytest
 from _fake_driver import fake_driver, native_or_skip, run_child
+from _fakes import tileaot
 
 __all__ = ["fake_driver"]  # fixtures, used by name
 
@@ -124,6 +129,47 @@ def test_no_driver():
         pytest.skip("a CUDA driver is installed here: its absence cannot be staged")
     report = run_child(NO_GPU, None)
     _check_no_gpu(report, "CUDA driver (libcuda.so.1) not found")
+
+
+def _damage_compressed_cubins(lib: Path) -> int:
+    """Flips a byte in the middle of every zlib-compressed cubin of a libtileaot.so; how many."""
+    original = lib.read_bytes()
+    view, data = memoryview(original), bytearray(original)
+    damaged = 0
+    for m in re.finditer(rb"\x78\xda", original):  # level-9 zlib streams (build_tools/blob.py)
+        inflater = zlib.decompressobj()
+        try:
+            image = inflater.decompress(view[m.start() :])
+        except zlib.error:
+            continue
+        if inflater.eof and image.startswith(b"\x7fELF"):
+            length = len(original) - m.start() - len(inflater.unused_data)
+            data[m.start() + length // 2] ^= 0x5A
+            damaged += 1
+    lib.write_bytes(data)
+    return damaged
+
+
+DAMAGED = """
+x, w = rms_inputs(512)
+report["first"] = attempt(lambda: tileaot.rms_norm(x, w))
+report["again"] = attempt(lambda: tileaot.rms_norm(x, w))
+report["loads"] = counter("module_loads")
+"""
+
+
+def test_damaged_library_fails_like_a_refused_module_load(fake_driver, tmp_path):
+    package = tmp_path / "site" / "tileaot"
+    shutil.copytree(Path(tileaot.__file__).resolve().parent, package)
+    if _damage_compressed_cubins(package / "lib" / "libtileaot.so") == 0:
+        pytest.skip("this build embeds its cubins uncompressed (built without zlib)")
+    report = run_child(DAMAGED, fake_driver, package_parent=package.parent, FAKE_CUDA_SM="GOOD")
+    kind, message = report["first"]
+    assert kind == "DriverError", message
+    assert "inflating the embedded cubin failed: CUDA_ERROR_INVALID_IMAGE" in message
+    assert "its zlib stream does not inflate" in message and "reinstall tileaot" in message
+    assert report["again"] == report["first"]  # not cached as loaded: tried again, same error
+    assert report["loads"] == 0  # the driver never saw the damaged bytes
 
 
 def _check_no_gpu(report: dict, text: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from build_tools.blob import embedded_cubins
 from build_tools.cubin import cubin_arch
 from kernels_py.spec import DEFAULT_ARCHS
 
@@ -43,13 +44,11 @@ def _runs_on(cubin: str, arch: str) -> bool:
 
 
 def _embedded_cubin_archs(lib: Path) -> list[str]:
-    data = lib.read_bytes()
+    """The SASS archs of the cubins in the library (stored zlib-compressed: build_tools/blob.py)."""
     archs = []
-    for m in re.finditer(rb"\x7fELF", data):
-        if m.start() == 0:
-            continue  # the library itself
+    for image in embedded_cubins(lib.read_bytes()):
         try:
-            archs.append(cubin_arch(data[m.start() :]))
+            archs.append(cubin_arch(image))
         except (ValueError, IndexError, Exception):  # an ELF magic that is not a cubin
             continue
     return archs

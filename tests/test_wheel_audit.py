@@ -18,6 +18,9 @@ CC = shutil.which("cc") or shutil.which("gcc")
 def test_rules_on_names_needs_and_runpaths():
     clean = ElfInfo("tileaot/_C.so", ("libtileaot.so", "libc.so.6"), ("$ORIGIN/lib",))
     assert problems([clean], ["tileaot/_C.so", "tileaot/lib/libtileaot.so"]) == []
+    # zlib (compressed cubins) and the C++ runtime are system libraries of the manylinux policy.
+    lib = ElfInfo("tileaot/lib/libtileaot.so", ("libz.so.1", "libstdc++.so.6", "libm.so.6"), ())
+    assert problems([lib], ["tileaot/lib/libtileaot.so"]) == []
     bad = [
         ElfInfo("tileaot/lib/libtileaot.so", ("libcudart.so.12", "libcuda.so.1"), ()),
         ElfInfo("tileaot/_C.so", ("libtorch_cpu.so",), ("/usr/local/cuda/lib64",)),

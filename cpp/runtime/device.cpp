@@ -1,5 +1,6 @@
 #include "device.h"
 
+#include "blob.h"
 #include "registry.h"
 #include "select.h"
 
@@ -41,6 +42,19 @@ bool load_devices(Devices* devices, std::string* error) {
   return true;
 }
 
+// The image of `blob` for cuModuleLoadData (inflated if compressed). A blob that does not
+// inflate fails like a module load the driver refused: a DriverError naming the cubin's arch.
+bool open_image(const Blob& blob, BlobImage* image, DriverFailure* failure) {
+  std::string why;
+  const BlobImage::Status status = image->open(blob, &why);
+  if (status == BlobImage::kOk) return true;
+  const bool oom = status == BlobImage::kOutOfMemory;
+  failure->detail = std::string("cubin compiled for ") + blob.compiled_arch + ": " + why +
+                    (oom ? "" : "; the library is damaged: reinstall tileaot");
+  return check(oom ? kCudaErrorOutOfMemory : kCudaErrorInvalidImage, "inflating the embedded cubin",
+               failure);
+}
+
 // The module of `blob` on this device; loads it on first use. Caller holds dev.mu.
 bool module_locked(const Driver& d, DeviceState& dev, int32_t blob, CUmodule* module,
                    DriverFailure* failure) {
@@ -49,8 +63,10 @@ bool module_locked(const Driver& d, DeviceState& dev, int32_t blob, CUmodule* mo
     return check(kCudaErrorInvalidValue, "cuModuleLoadData", failure);
   }
   if (dev.modules[blob] == nullptr) {
+    BlobImage image;  // an inflated copy lives until the load returns
+    if (!open_image(kBlobs[blob], &image, failure)) return false;
     CUmodule loaded = nullptr;
-    if (!check(d.cuModuleLoadData(&loaded, kBlobs[blob].data), "cuModuleLoadData", failure)) {
+    if (!check(d.cuModuleLoadData(&loaded, image.data()), "cuModuleLoadData", failure)) {
       failure->detail = std::string("cubin compiled for ") + kBlobs[blob].compiled_arch;
       return false;
     }

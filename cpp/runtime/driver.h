@@ -49,6 +49,8 @@ using CUstream = struct CUstream_st*;
 
 constexpr CUresult kCudaSuccess = 0;
 constexpr CUresult kCudaErrorInvalidValue = 1;
+constexpr CUresult kCudaErrorOutOfMemory = 2;
+constexpr CUresult kCudaErrorInvalidImage = 200;  // CUDA_ERROR_INVALID_IMAGE
 constexpr CUresult kCudaErrorNotFound = 500;
 
 constexpr int kDevAttrComputeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR

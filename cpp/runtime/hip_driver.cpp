@@ -8,6 +8,7 @@
 #include <mutex>
 #include <utility>
 
+#include "blob.h"
 #include "tileaot/tileaot.h"
 
 namespace tileaot::detail {
@@ -109,8 +110,19 @@ const HipKernels* hip_resolve_variant(const HipDriver& hip, int32_t row, DriverF
     *failure = {"hipModuleGetFunction", kHipErrorInvalidValue, "too many kernels in one variant"};
     return nullptr;
   }
-  if (!check(hip.hipModuleLoadData(&kernels->module, kBlobs[v.blob].data), "hipModuleLoadData",
-             failure, std::string("code object compiled for ") + kBlobs[v.blob].compiled_arch)) {
+  const Blob& blob = kBlobs[v.blob];
+  const std::string compiled_for = std::string("code object compiled for ") + blob.compiled_arch;
+  BlobImage image;  // inflated if compressed; freed once the module is loaded
+  std::string why;
+  if (const BlobImage::Status status = image.open(blob, &why); status != BlobImage::kOk) {
+    const bool oom = status == BlobImage::kOutOfMemory;
+    check(oom ? kHipErrorOutOfMemory : kHipErrorInvalidImage, "inflating the embedded code object",
+          failure,
+          compiled_for + ": " + why + (oom ? "" : "; the library is damaged: reinstall tileaot"));
+    return nullptr;
+  }
+  if (!check(hip.hipModuleLoadData(&kernels->module, image.data()), "hipModuleLoadData", failure,
+             compiled_for)) {
     return nullptr;
   }
   for (int32_t k = 0; k < v.n_kernels; ++k) {

@@ -23,6 +23,8 @@ using HipStream = struct ihipStream_t*;
 
 constexpr HipError kHipSuccess = 0;
 constexpr HipError kHipErrorInvalidValue = 1;    // hipErrorInvalidValue
+constexpr HipError kHipErrorOutOfMemory = 2;     // hipErrorOutOfMemory
+constexpr HipError kHipErrorInvalidImage = 200;  // hipErrorInvalidImage
 constexpr HipError kHipErrorNotSupported = 801;  // hipErrorNotSupported
 
 struct HipDriver {

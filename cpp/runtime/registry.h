@@ -10,10 +10,15 @@
 
 namespace tileaot::detail {
 
-// One embedded cubin (raw ELF, loaded with cuModuleLoadData).
+// One embedded cubin, loaded with cuModuleLoadData: stored as is (ELF), or as its zlib stream
+// when that is smaller (build_tools/blob.py packs it; blob.h inflates it before the load).
 struct Blob {
-  const unsigned char* data;
-  size_t size;
+  const unsigned char* data;  // the cubin, or its zlib stream
+  size_t size;                // bytes at `data`
+  // The cubin's size once inflated, or 0 when `data` is the cubin itself (nullptr: 0). A pointer
+  // because the build packs each cubin after registry.cpp is generated: the value is the blob
+  // file's header, embedded next to the payload (cmake/TileaotCubins.cmake).
+  const uint64_t* inflated_size;
   const char* compiled_arch;  // "sm_80": the arch the cubin's SASS is for
 };
 

@@ -205,6 +205,9 @@ CUresult cuGetErrorName(CUresult e, const char** s) {
     case 209:
       *s = "CUDA_ERROR_NO_BINARY_FOR_GPU";
       return 0;
+    case 200:
+      *s = "CUDA_ERROR_INVALID_IMAGE";
+      return 0;
     case 500:
       *s = "CUDA_ERROR_NOT_FOUND";
       return 0;
@@ -226,6 +229,9 @@ CUresult cuGetErrorString(CUresult e, const char** s) {
       return 0;
     case 209:
       *s = "no kernel image is available for execution on the device";
+      return 0;
+    case 200:
+      *s = "device kernel image is invalid";
       return 0;
     case 400:
       *s = "invalid resource handle";
@@ -297,6 +303,8 @@ CUresult cuModuleLoadData(void** module, const void* image) {
   const std::string copy = is_elf(bytes)
                                ? std::string(static_cast<const char*>(image), elf_size(bytes))
                                : std::string(static_cast<const char*>(image));
+  g_state.last_image_size = static_cast<int>(copy.size());
+  std::snprintf(g_state.last_image, sizeof(g_state.last_image), "%s", copy.c_str());
   if (!image_runs_on(copy, g_devices[dev])) return 209;
   *module = new Module{copy, dev};
   return 0;

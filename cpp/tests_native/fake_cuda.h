@@ -22,6 +22,8 @@ struct FakeCudaState {
   int fail_launch;       // status cuLaunchKernelEx returns (0: success)
   int fail_module_load;  // status cuModuleLoadData returns (0: success)
   int load_delay_us;     // cuModuleLoadData sleeps this long (widens races in tests)
+  int last_image_size;   // bytes of the last image cuModuleLoadData read (text: to its NUL)
+  char last_image[128];  // its first bytes, NUL-terminated
 };
 
 extern "C" FakeCudaState* fake_cuda_state();

@@ -52,6 +52,8 @@ const char* hipGetErrorName(int error) {
       return "hipErrorNoDevice";
     case kHipErrorNotFound:
       return "hipErrorNotFound";
+    case 200:
+      return "hipErrorInvalidImage";
     case 801:
       return "hipErrorNotSupported";
     default:

@@ -1,6 +1,8 @@
 // A hand-written stand-in for the generated <build>/gen/registry.cpp: two ops, several archs,
 // specialised and generic rows, one TMA/cluster/cooperative kernel. Blobs are not cubins: the
 // fake driver (fake_cuda.cpp) reads them as a text list of the kernel names they "contain".
+// Blob 2 is stored zlib-compressed, as build_tools/blob.py packs a cubin: the fakes find its
+// kernels only if the runtime inflates it; tests corrupt it through kFakeZlibBlob.
 #include "registry.h"
 
 namespace tileaot::detail {
@@ -87,10 +89,25 @@ const uint32_t kFp16x3[] = {kFp16, kFp16, kFp16};
 
 const char kBlob0[] = "sm_90a: gemm_bf16_any_kernel gemm_bf16_any_tail_kernel";
 const char kBlob1[] = "sm_90: gemm_bf16_any_kernel gemm_bf16_any_tail_kernel";
-const char kBlob2[] = "sm_90a: rms_norm_bf16_n4096_kernel rms_norm_bf16_any_kernel";
 const char kBlob3[] = "sm_80: rms_norm_bf16_n4096_kernel rms_norm_bf16_any_kernel";
 const char kBlob4[] = "sm_80: rms_norm_fp16_any_kernel";
 const char kBlob5[] = "sm_86: rms_norm_fp16_n4096_kernel";
+
+const uint64_t kBlob2InflatedSize = 60;  // the text below, with its NUL
+
+}  // namespace
+
+// Blob 2: zlib.compress(b"sm_90a: rms_norm_bf16_n4096_kernel rms_norm_bf16_any_kernel\0", 9).
+// Not const: test_runtime.cpp corrupts a byte to see the failure a damaged library gives.
+unsigned char kFakeZlibBlob[] = {
+    0x78, 0xda, 0x2b, 0xce, 0x8d, 0xb7, 0x34, 0x48, 0xb4, 0x52, 0x28, 0xca, 0x2d,
+    0x8e, 0xcf, 0xcb, 0x2f, 0xca, 0x8d, 0x4f, 0x4a, 0x33, 0x34, 0x8b, 0xcf, 0x33,
+    0x31, 0xb0, 0x34, 0x8b, 0xcf, 0x4e, 0x2d, 0xca, 0x4b, 0xcd, 0x41, 0x93, 0x4a,
+    0xcc, 0xab, 0x84, 0x4a, 0x30, 0x00, 0x00, 0x87, 0x1c, 0x15, 0x81,
+};
+extern const size_t kFakeZlibBlobSize = sizeof(kFakeZlibBlob);
+
+namespace {
 
 constexpr const char* kRmsAnySig = "x[M,N] weight[N] y[M,N]; eps | N%8";
 constexpr const char* kRmsN4096Sig = "x[M,4096] weight[4096] y[M,4096]; eps";
@@ -285,12 +302,12 @@ const Variant kVariants[] = {
 const int32_t kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 const Blob kBlobs[] = {
-    {reinterpret_cast<const unsigned char*>(kBlob0), sizeof(kBlob0), "sm_90a"},
-    {reinterpret_cast<const unsigned char*>(kBlob1), sizeof(kBlob1), "sm_90"},
-    {reinterpret_cast<const unsigned char*>(kBlob2), sizeof(kBlob2), "sm_90a"},
-    {reinterpret_cast<const unsigned char*>(kBlob3), sizeof(kBlob3), "sm_80"},
-    {reinterpret_cast<const unsigned char*>(kBlob4), sizeof(kBlob4), "sm_80"},
-    {reinterpret_cast<const unsigned char*>(kBlob5), sizeof(kBlob5), "sm_86"},
+    {reinterpret_cast<const unsigned char*>(kBlob0), sizeof(kBlob0), nullptr, "sm_90a"},
+    {reinterpret_cast<const unsigned char*>(kBlob1), sizeof(kBlob1), nullptr, "sm_90"},
+    {kFakeZlibBlob, sizeof(kFakeZlibBlob), &kBlob2InflatedSize, "sm_90a"},
+    {reinterpret_cast<const unsigned char*>(kBlob3), sizeof(kBlob3), nullptr, "sm_80"},
+    {reinterpret_cast<const unsigned char*>(kBlob4), sizeof(kBlob4), nullptr, "sm_80"},
+    {reinterpret_cast<const unsigned char*>(kBlob5), sizeof(kBlob5), nullptr, "sm_86"},
 };
 const int32_t kNumBlobs = sizeof(kBlobs) / sizeof(kBlobs[0]);
 

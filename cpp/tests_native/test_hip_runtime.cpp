@@ -14,6 +14,11 @@
 #include "hip_driver.h"
 #include "tileaot/tileaot.h"
 
+namespace tileaot::detail {  // registry_fake.cpp's compressed blob 2
+extern unsigned char kFakeZlibBlob[];
+extern const size_t kFakeZlibBlobSize;
+}  // namespace tileaot::detail
+
 namespace {
 
 using namespace tileaot::detail;
@@ -110,6 +115,27 @@ void test_launches(const HipDriver& hip) {
   EXPECT(contains(error, "hipModuleLoadData failed: hipErrorNotFound") &&
              contains(error, "code object compiled for sm_80"),
          error);
+  state->fail_module_load = 0;
+
+  // Blob 2 is stored zlib-compressed: damaged, it fails before any load; intact, the fake finds
+  // the kernel in the inflated code object.
+  const int32_t compressed = row_of("rms_norm_bf16_any", "sm_90a");
+  const int64_t any_dyn[2] = {77, 1024};
+  const CallArgs any_args{ptrs, any_dyn, scalars};
+  const int loads = state->module_loads;
+  kFakeZlibBlob[kFakeZlibBlobSize / 2] ^= 0x5a;
+  EXPECT(hip_launch_row(hip, compressed, stream, any_args, &error) == TILEAOT_ERROR_DRIVER, error);
+  kFakeZlibBlob[kFakeZlibBlobSize / 2] ^= 0x5a;
+  EXPECT(
+      contains(error, "inflating the embedded code object failed: hipErrorInvalidImage") &&
+          contains(error, "(code object compiled for sm_90a: its zlib stream does not inflate") &&
+          contains(error, "reinstall tileaot"),
+      error);
+  EXPECT(state->module_loads == loads, "no load of a damaged blob");
+  EXPECT(hip_launch_row(hip, compressed, stream, any_args, &error) == TILEAOT_OK, error);
+  EXPECT(state->module_loads == loads + 1, "loaded once intact");
+  const FakeHipLaunch& last = state->launches[(state->n_launches - 1) % 64];
+  EXPECT(std::strcmp(last.kernel, "rms_norm_bf16_any_kernel") == 0, last.kernel);
 }
 
 }  // namespace

@@ -11,11 +11,18 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "blob.h"
 #include "fake_cuda.h"
 #include "select.h"
 #include "tileaot/tileaot.h"
+
+namespace tileaot::detail {  // registry_fake.cpp's compressed blob 2
+extern unsigned char kFakeZlibBlob[];
+extern const size_t kFakeZlibBlobSize;
+}  // namespace tileaot::detail
 
 namespace {
 
@@ -118,6 +125,56 @@ void test_select() {
   EXPECT(pick(99, 9, 0, rms_shapes(3, 4096)).rfind("INVALID", 0) == 0);
 }
 
+constexpr const char* kBlob2Text = "sm_90a: rms_norm_bf16_n4096_kernel rms_norm_bf16_any_kernel";
+
+// What BlobImage::open makes of `blob` with inflated size `size` (nullptr: stored): the status,
+// and the image as text, or the failure's detail.
+std::pair<int, std::string> open_blob(const unsigned char* data, size_t n, const uint64_t* size) {
+  using tileaot::detail::BlobImage;
+  BlobImage image;
+  std::string detail;
+  const tileaot::detail::Blob blob{data, n, size, "sm_90a"};
+  const BlobImage::Status status = image.open(blob, &detail);
+  if (status != BlobImage::kOk) return {status, detail};
+  return {status, std::string(static_cast<const char*>(image.data()), image.size())};
+}
+
+// Stored blobs are used in place; compressed ones inflate to exactly their recorded size, and
+// every kind of damage is a failure with a reason, never a short or overlong image.
+void test_blob_images() {
+  using tileaot::detail::BlobImage;
+  using tileaot::detail::kFakeZlibBlob;
+  const size_t n = tileaot::detail::kFakeZlibBlobSize;
+  const std::string text(kBlob2Text, std::strlen(kBlob2Text) + 1);  // with its NUL
+  const uint64_t right = text.size(), short_size = right - 1, long_size = right + 1;
+  const uint64_t zero = 0, huge = uint64_t{1} << 40;
+  const auto* stored = reinterpret_cast<const unsigned char*>(kBlob2Text);
+  BlobImage image;
+  std::string detail;
+  EXPECT(image.open({stored, 7, &zero, "sm_90a"}, &detail) == BlobImage::kOk);
+  EXPECT(image.data() == stored && image.size() == 7);  // no copy
+  EXPECT(open_blob(stored, 7, nullptr) == std::make_pair(0, std::string(kBlob2Text, 7)));
+  EXPECT(n < right);  // the test blob is really compressed
+  EXPECT(open_blob(kFakeZlibBlob, n, &right) == std::make_pair(0, text));
+  auto failed = open_blob(kFakeZlibBlob, n, &short_size);
+  EXPECT(failed.first == BlobImage::kCorrupt &&
+         failed.second == "it inflates to more than its recorded 59 bytes");
+  failed = open_blob(kFakeZlibBlob, n, &long_size);
+  EXPECT(failed.first == BlobImage::kCorrupt &&
+         failed.second == "it inflates to 60 bytes, not its recorded 61");
+  failed = open_blob(kFakeZlibBlob, n - 5, &right);  // truncated stream
+  EXPECT(failed.first == BlobImage::kCorrupt && failed.second == "its zlib stream is truncated");
+  failed = open_blob(kFakeZlibBlob, n - 4, &right);  // just the checksum missing
+  EXPECT(failed.first == BlobImage::kCorrupt && failed.second == "its zlib stream is truncated");
+  failed = open_blob(kFakeZlibBlob, n, &huge);
+  EXPECT(failed.first == BlobImage::kCorrupt && contains(failed.second, "are not plausible"));
+  kFakeZlibBlob[n / 2] ^= 0x5a;
+  failed = open_blob(kFakeZlibBlob, n, &right);
+  kFakeZlibBlob[n / 2] ^= 0x5a;
+  EXPECT(failed.first == BlobImage::kCorrupt &&
+         failed.second.rfind("its zlib stream does not inflate (", 0) == 0);  // zlib's reason
+}
+
 void test_arch_names() {
   using tileaot::detail::arch_name;
   EXPECT(arch_name(9, 0) == "sm_90a" && arch_name(10, 0) == "sm_100a");
@@ -215,6 +272,9 @@ void test_fake_basics(FakeCudaState* st) {
   EXPECT(st->module_loads == 1 && st->get_functions == 2);
   EXPECT(launch_rms(rms, 1, 5, 1024) == TILEAOT_OK);  // other device: its own context + module
   EXPECT(st->module_loads == 2 && st->retains == 2);
+  // That module is blob 2, stored zlib-compressed: the driver got the inflated text.
+  EXPECT(std::string(st->last_image) == kBlob2Text &&
+         st->last_image_size == static_cast<int>(std::strlen(kBlob2Text)));
   EXPECT(st->launches[3].ctx == fake_primary_ctx(1));
 }
 
@@ -301,6 +361,26 @@ void test_fake_module_failure(FakeCudaState* st) {
   EXPECT(launch_rms(rms, 2, 3, 4096) == TILEAOT_OK);
 }
 
+// A compressed blob that does not inflate (a damaged library) fails like a module load the
+// driver refused, before any driver call, and is not cached: once intact, it loads.
+void test_fake_corrupt_blob(FakeCudaState* st) {
+  const int loads = st->module_loads;
+  unsigned char& byte = tileaot::detail::kFakeZlibBlob[tileaot::detail::kFakeZlibBlobSize / 2];
+  byte ^= 0x5a;
+  EXPECT(launch_rms(rms, 2, 3, 4096) == TILEAOT_ERROR_DRIVER);
+  // zlib's own reason ("incorrect data check" here) sits between the two fixed parts.
+  const std::string error = tileaot_last_error();
+  EXPECT(error.rfind("tileaot: rms_norm variant rms_norm_bf16_n4096 (sm_90a) on device 2 (sm_90a): "
+                     "inflating the embedded cubin failed: CUDA_ERROR_INVALID_IMAGE: device kernel "
+                     "image is invalid (cubin compiled for sm_90a: its zlib stream does not "
+                     "inflate (",
+                     0) == 0);
+  EXPECT(contains(error, "); the library is damaged: reinstall tileaot)"));
+  std::printf("corrupt blob:\n  %s\n", tileaot_last_error());
+  EXPECT(st->module_loads == loads);
+  byte ^= 0x5a;
+}
+
 void* stream_of(int device) { return reinterpret_cast<void*>(uintptr_t{0x1000} + device); }
 
 // Runs fn(t) on `n` threads released together (each spins until all have started).
@@ -377,6 +457,7 @@ int main(int argc, char** argv) {
   test_select();
   test_introspection();
   test_invalid_args();
+  test_blob_images();
   if (mode == "nodriver") {
     test_no_driver();
   } else if (mode == "fake") {
@@ -388,7 +469,8 @@ int main(int argc, char** argv) {
     test_fake_threads(st);
     test_fake_first_load_race(st);
     test_fake_two_devices_at_once(st);
-    test_fake_module_failure(st);
+    test_fake_corrupt_blob(st);
+    test_fake_module_failure(st);  // its last launch loads blob 2 on device 2: the retry works
     report_launch_cost();
   } else if (mode == "fake-init-fail") {
     EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_ERROR_DRIVER);
