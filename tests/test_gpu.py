@@ -85,7 +85,8 @@ CAST_SHAPES = [
     (37, 4096, None),
     (19, 1000, None),
     (5, 7, None),
-    (262_147, 128, 128),  # more row tiles than gridDim.y allows: rows must ride gridDim.x
+    (262_147, 128, 128),
+    (4_194_247, 128, 128),  # more 64-row tiles than gridDim.y takes: two launches
 ]
 
 

@@ -352,6 +352,31 @@ def test_per_token_cast_launch_arguments(fake, cpu_as_cuda, group_size, key, gro
     ]
 
 
+@pytest.mark.parametrize(("group_size", "split"), [(128, True), (None, False)])
+def test_tall_per_token_casts_split_past_grid_y(fake, cpu_as_cuda, group_size, split):
+    """g128 puts 64-row tiles on gridDim.y (65535 at most): taller inputs take more launches;
+    the token mode puts rows on gridDim.x and never splits."""
+    rows = 65535 * 64
+    m, n = rows + 7, 256
+    x = meta(m, n)  # no memory: pointers are 0-based, which is all the fake looks at
+    q, scale = cast(x, group_size)
+    groups = scale.shape[1]
+    if not split:
+        assert [launch.shapes for launch in fake.launches] == [(m, n, m, n, m, groups)]
+        return
+    assert [launch.shapes for launch in fake.launches] == [
+        (rows, n, rows, n, rows, groups),
+        (7, n, 7, n, 7, groups),
+    ]
+    first, second = (launch.ptrs for launch in fake.launches)
+    assert first == (x.data_ptr(), q.data_ptr(), scale.data_ptr())
+    assert second == (
+        x.data_ptr() + rows * n * 2,
+        q.data_ptr() + rows * n,
+        scale.data_ptr() + rows * groups * 4,
+    )
+
+
 def test_per_token_cast_out(fake, cpu_as_cuda):
     x = t(2, 128, dtype=torch.float32)
     out = (t(2, 128).to(F8), t(2, 1, dtype=torch.float32))

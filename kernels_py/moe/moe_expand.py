@@ -26,7 +26,7 @@ per lane, all loaded up front into registers):
    therefore deterministic: ascending token, then slot, inside each expert.
 4. pad: zero the padding rows, ``PAD_ROWS`` rows per block, grid (ceil((alignment-1)/8), E);
    with alignment 1 the grid is empty and the launcher skips it.
-5. copy: one block per (token, 4 KB of its row) loads that piece once (16-byte vectors, in
+5. copy: one block per (token, 16 KB of its row) loads that piece once (16-byte vectors, in
    registers) and stores it to each of the token's K rows; block column 0 also copies the fp8
    scales.
 
@@ -54,7 +54,10 @@ WARPS = 4  # count and rank kernels: warps per block, one chunk each
 CHUNK = 1024  # entries per chunk: 32 per lane
 SCAN_WARPS = 32  # scan kernel: 32 warps (chunk runs) x 32 lanes (experts) per block
 COPY_THREADS = 128
-COPY_UNROLL = 2  # 16-byte vectors per thread per row chunk
+# 16-byte vectors per thread per row chunk: 8 makes a chunk 16 KB, one CTA per token for rows
+# up to 8192 bf16 (1188 us against 1225 us with 4 KB chunks, H200, T = 32768, H = 7168,
+# bench/results/2026-11-29-h200-tuning.md); unused vectors of shorter rows are skipped.
+COPY_UNROLL = 8
 PAD_ROWS = 8  # padding rows zeroed per padding block
 
 
@@ -90,7 +93,7 @@ def _build(dtype: str, e_static: int | None):
     NC = (Tn * K + CHUNK - 1) // CHUNK
     G = H // GROUP
 
-    chunk = COPY_THREADS * vec * COPY_UNROLL  # row elements per copy block (4 KB)
+    chunk = COPY_THREADS * vec * COPY_UNROLL  # row elements per copy block (16 KB)
     vec_copy, vec_zero = _row_ops(T, H, K, P, G, vec, COPY_UNROLL, dtype, fp8)
     scalar_copy, scalar_zero = _row_ops(T, H, K, P, G, 1, vec * COPY_UNROLL, dtype, fp8)
 
@@ -262,7 +265,7 @@ def _build(dtype: str, e_static: int | None):
 
     @T.macro
     def copy_kernel(x, x_scale, token_pos, x_sorted, x_sorted_scale):
-        # One block per (token, 4 KB of its row): read once, stored to each of its K rows.
+        # One block per (token, 16 KB of its row): read once, stored to each of its K rows.
         with T.Kernel(Tn, T.ceildiv(H, chunk), threads=COPY_THREADS) as (t, c):
             tx = T.get_thread_binding()
             copy_chunk(x, x_scale, x_sorted, x_sorted_scale, token_pos, t, c, tx)

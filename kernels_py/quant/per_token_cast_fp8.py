@@ -20,15 +20,21 @@ CUDA's round-to-nearest-even emulation below that), the same rounding as torch's
 
 Kernels:
 
-* ``g128``: a block (128 threads) owns ``ROWS`` rows x ``GROUPS`` groups; each thread holds
-  16-byte vectors of x (8 bf16/fp16 or 4 fp32 elements), so a group max is a 16- or 32-lane
-  shuffle reduction. Static N and generic (N dynamic, ``N % 128 == 0`` assumed so rows stay
-  16-byte aligned) share the code.
+* ``g128``: one CTA (256 threads) per ``TILE_ROWS`` rows x one 128-column group, SIMT-style as
+  ``per_block_cast_fp8``: ``lanes`` = 16 threads (32 for fp32) share a row's group, one 16-byte
+  vector each, and each thread loads all its ``steps`` vectors (rows 16 apart; 8 for fp32) before
+  using any. A group max is a thread max then xor shuffles inside the aligned run of ``lanes``
+  lanes; every lane then computes the scale and reciprocal itself (no broadcast needed).
+  ``__launch_bounds__(256, MIN_BLOCKS)`` keeps 3 CTAs' loads in flight per SM. This layout
+  replaced a ``T.Parallel`` tile of one vector per thread (197 -> 180 us, H200, T = 32768,
+  N = 7168; bench/results/2026-11-29-h200-tuning.md). Static N and generic (N dynamic,
+  ``N % 128 == 0`` assumed so rows stay 16-byte aligned) share the code.
 * ``token``: one row per block in chunks, two passes (amax, then quantise), with a runtime
   branch between 16-byte vector access (N a multiple of the vector) and scalar access.
 
-Loops touching x carry ``coalesced_width`` = one 16-byte vector: otherwise TileLang 0.1.15
-emits 32-byte accesses on sm_100a (32-byte alignment needed; fp32 broadcasts miscompile).
+Global accesses are one 16-byte vector at most (``T.vectorized(vec)``, ``coalesced_width`` in
+the token pass): TileLang 0.1.15 emits 32-byte accesses on sm_100a otherwise (32-byte
+alignment needed; fp32 broadcasts miscompile).
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
@@ -44,9 +50,13 @@ FP8_MAX = 448.0
 AMAX_FLOOR = 1e-4
 GROUP = 128
 
-ROWS = 1  # g128: rows per block (1 measured 11 % faster than 4 on an H200: occupancy)
-GROUPS = 8  # g128: groups per block (128 threads, 8 elements each)
-THREADS = 128
+THREADS = 256  # g128: threads per CTA, a power of two (8 warps)
+TOKEN_THREADS = 128  # token: threads per CTA (one row)
+TILE_ROWS = 64  # g128: rows per CTA (one 128-column group): 4 vectors per thread (bf16)
+MAX_ROW_TILES = 65535  # g128: gridDim.y limit; the wrapper launches at most this many row tiles
+# g128: CTAs per SM the register budget must allow (__launch_bounds__): caps registers so
+# several CTAs' loads are in flight per SM.
+MIN_BLOCKS = {"bfloat16": 3, "float16": 3, "float32": 2}
 TOKEN_UNROLL = 2  # token: 16-byte vectors per thread per chunk
 SCALAR_PER_THREAD = 4  # token: scalar elements per thread per chunk on the unaligned path
 
@@ -70,7 +80,11 @@ def factory(arch: str, dtype: str, group: str, N: int | None = None):
 def _g128(dtype: str, n: int | None):
     import tilelang.language as T
 
-    width = T.int32(16 // ITEMSIZE[dtype])  # one 16-byte vector of x per access
+    vec = 16 // ITEMSIZE[dtype]  # elements per 16-byte vector of x
+    lanes = GROUP // vec  # lanes per (row, group): 16, or 32 for fp32
+    rows_step = THREADS // lanes  # rows per load step
+    steps = TILE_ROWS // rows_step  # vectors per thread, all loaded before the first use
+    zero = T.cast(0, dtype)
     M = T.dynamic("M")
     N = T.dynamic("N") if n is None else n
     G = N // GROUP
@@ -81,34 +95,61 @@ def _g128(dtype: str, n: int | None):
         q: T.Tensor((M, N), FP8),
         scale: T.Tensor((M, G), "float32"),
     ):
-        # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
-        with T.Kernel(T.ceildiv(M, ROWS), T.ceildiv(G, GROUPS), threads=THREADS) as (bm, bg):
+        # Groups on gridDim.x, so consecutive CTAs read neighbouring 256-byte pieces of the
+        # same rows (180 us against 198 us with row tiles first, H200, T = 32768, N = 7168).
+        # gridDim.y (65535) caps M at MAX_ROW_TILES * TILE_ROWS: the wrapper splits above it.
+        with T.Kernel(G, T.ceildiv(M, TILE_ROWS), threads=THREADS) as (bg, bm):
+            T.annotate_min_blocks_per_sm(MIN_BLOCKS[dtype])
             if n is None:
-                # The constraint N % 128 == 0 keeps every row 16-byte aligned: tell the
-                # vectoriser, or it falls back to scalar loads and a 128-thread reduction.
+                # The constraint N % 128 == 0 keeps every row 16-byte aligned.
                 T.assume(N % GROUP == 0)
-            xs = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
-            amax = T.alloc_fragment((ROWS, GROUPS), "float32")
-            rcp = T.alloc_fragment((ROWS, GROUPS), "float32")
-            for r, g, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
-                row = bm * ROWS + r
-                grp = bg * GROUPS + g
-                xs[r, g, j] = T.if_then_else((row < M) & (grp < G), x[row, grp * GROUP + j], 0)
-            T.reduce_absmax(xs, amax, dim=2)
-            for r, g in T.Parallel(ROWS, GROUPS):  # amax becomes the scale in place
-                amax[r, g] = T.ieee_fdiv(T.max(amax[r, g], AMAX_FLOOR), FP8_MAX)
-                rcp[r, g] = reciprocal(T, amax[r, g])
-                if (bm * ROWS + r < M) & (bg * GROUPS + g < G):
-                    scale[bm * ROWS + r, bg * GROUPS + g] = amax[r, g]
-            # Quantise into the fp32 fragment first: a separate cast-and-store loop lets
-            # TileLang emit paired cvt + vector stores.
-            for r, g, j in T.Parallel(ROWS, GROUPS, GROUP):
-                xs[r, g, j] = quotient(T, xs[r, g, j], amax[r, g], rcp[r, g])
-            for r, g, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
-                if (bm * ROWS + r < M) & (bg * GROUPS + g < G):
-                    q[bm * ROWS + r, (bg * GROUPS + g) * GROUP + j] = xs[r, g, j]
+            tx = T.get_thread_binding()
+            buf = T.alloc_local((steps * vec,), dtype)
+            amax = T.alloc_local((steps,), "float32")
+            yq = T.alloc_local((vec,), "float32")
+            q8 = T.alloc_local((vec,), FP8)
+            s = T.alloc_var("float32")
+            r = T.alloc_var("float32")
+            col = bg * GROUP + (tx % lanes) * vec
+            row0 = bm * TILE_ROWS + tx // lanes
+            # Load: every vector of this thread before any use (steps loads in flight).
+            for i in T.unroll(steps):
+                if row0 + i * rows_step < M:
+                    for v in T.vectorized(vec):
+                        buf[i * vec + v] = x[row0 + i * rows_step, col + v]
+                else:
+                    for v in T.vectorized(vec):
+                        buf[i * vec + v] = zero
+            # |x| max of each (row, group): the thread's vector, then xor shuffles inside the
+            # aligned run of `lanes` lanes that holds the row's 128 columns.
+            for i in T.unroll(steps):
+                amax[i] = T.float32(0)
+                for v in T.unroll(vec):
+                    amax[i] = T.max(amax[i], T.abs(T.cast(buf[i * vec + v], "float32")))
+            for k in T.unroll(_log2(lanes)):
+                for i in T.unroll(steps):
+                    amax[i] = T.max(amax[i], T.shfl_xor(amax[i], lanes >> (k + 1)))
+            for i in T.unroll(steps):
+                row = row0 + i * rows_step
+                s = T.ieee_fdiv(T.max(amax[i], AMAX_FLOOR), FP8_MAX)
+                r = reciprocal(T, s)
+                if (tx % lanes == 0) & (row < M):
+                    scale[row, bg] = s
+                for v in T.unroll(vec):
+                    yq[v] = quotient(T, T.cast(buf[i * vec + v], "float32"), s, r)
+                # fp32 -> e4m3 in pairs (a vectorised cast: cvt.rn.satfinite on sm_89+).
+                for v in T.vectorized(vec):
+                    q8[v] = yq[v]
+                if row < M:
+                    for v in T.vectorized(vec):
+                        q[row, col + v] = q8[v]
 
     return per_token_cast_fp8
+
+
+def _log2(value: int) -> int:
+    assert value & (value - 1) == 0, value
+    return value.bit_length() - 1
 
 
 def _token(dtype: str):
@@ -117,8 +158,8 @@ def _token(dtype: str):
     vec = 16 // ITEMSIZE[dtype]
     M = T.dynamic("M")
     N = T.dynamic("N")
-    vec_rows = _token_pass(T, N, THREADS * vec * TOKEN_UNROLL, T.int32(vec))
-    scalar_rows = _token_pass(T, N, THREADS * SCALAR_PER_THREAD, None)
+    vec_rows = _token_pass(T, N, TOKEN_THREADS * vec * TOKEN_UNROLL, T.int32(vec))
+    scalar_rows = _token_pass(T, N, TOKEN_THREADS * SCALAR_PER_THREAD, None)
 
     @T.prim_func
     def per_token_cast_fp8(
@@ -126,7 +167,7 @@ def _token(dtype: str):
         q: T.Tensor((M, N), FP8),
         scale: T.Tensor((M, 1), "float32"),
     ):
-        with T.Kernel(M, threads=THREADS) as row:
+        with T.Kernel(M, threads=TOKEN_THREADS) as row:
             if N % vec == 0:
                 T.assume(N % vec == 0)  # rows start 16-byte aligned: vector access
                 vec_rows(x, q, scale, row)

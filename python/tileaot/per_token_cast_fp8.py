@@ -15,6 +15,9 @@ GROUP = 128  # the one group width built; other widths are per-token only (group
 # Dispatch keys by dtype, spelled once here so the call path does no string work.
 _G128 = {d: d + ",g128" for d in _DTYPES}
 _TOKEN = {d: d + ",token" for d in _DTYPES}
+# g128: row tiles of 64 rows go on gridDim.y (65535 at most; kernels_py/quant/
+# per_token_cast_fp8.py MAX_ROW_TILES, TILE_ROWS), so a launch covers at most this many rows.
+_ROWS_PER_LAUNCH = 65535 * 64
 
 
 def per_token_cast_fp8(
@@ -105,14 +108,21 @@ def per_token_cast_fp8(
         if groups and m:  # per-token scales of empty rows: defined, not garbage
             scale.zero_()
         return q, scale
-    _lib.native().launch(
-        _lib.handle(_OP, key),
-        device,
-        _lib.current_stream(device),
-        (x.data_ptr(), q.data_ptr(), scale.data_ptr()),
-        (m, n, m, n, m, groups),
-        (),
-    )
+    handle = _lib.handle(_OP, key)
+    stream = _lib.current_stream(device)
+    x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
+    row_bytes = n * x.element_size()
+    step = _ROWS_PER_LAUNCH if key == _G128[dtype] else m  # token: rows on gridDim.x
+    for r0 in range(0, m, step):  # one launch unless M > 4,194,240 (g128)
+        rows = min(m - r0, step)
+        _lib.native().launch(
+            handle,
+            device,
+            stream,
+            (x_ptr + r0 * row_bytes, q_ptr + r0 * n, s_ptr + r0 * groups * 4),
+            (rows, n, rows, n, rows, groups),
+            (),
+        )
     return q, scale
 
 
