@@ -88,7 +88,7 @@ def trace_job(module: str, op: str, key: dict, specialisation: dict, arch: str) 
 
     Failures are data here (they fill the manifest), so any exception becomes an "error".
     """
-    from build_tools.cexpr import pystr
+    from build_tools.smem_slots import canonical_source
     from build_tools.trace import kernels_of, signature_of
 
     spec = next(s for s in load_specs(module) if s.op == op)
@@ -100,7 +100,7 @@ def trace_job(module: str, op: str, key: dict, specialisation: dict, arch: str) 
         artifact = lower_hip(func, arch)
         lowered = {
             "signature": sig.text(),
-            "source": pystr(artifact.kernel_source),
+            "source": canonical_source(artifact),  # slots independent of heap addresses
             "kernels": kernels_of(artifact, sig),
         }
     except Exception as e:  # noqa: BLE001 - recorded per variant, see the docstring

@@ -9,10 +9,11 @@ shard.json (which slice of which matrix) and traced.json (the traced data `merge
 Variants are dealt round-robin in matrix order, so every shard gets a share of every op.
 A variant's sources never appear in another variant (each carries its own kernel symbol),
 so cubins compiled on a shard are exactly the merged build's cubins of the same name.
-The merged folder is what a one-machine `generate` writes (same manifest, registry, sources)
-as long as tracing is deterministic. TileLang 0.1.15 is not, for kernels with several
-same-size shared buffers (engram_gate*: which buffer gets which shared-memory slot follows
-heap addresses; tile-ai/tilelang PR #3108), so two machines, like two runs, may differ there.
+The merged folder is what a one-machine `generate` writes (same manifest, registry, sources),
+because tracing is deterministic. TileLang 0.1.15 alone is not: same-named shared buffers
+(reduction workspaces of engram_gate*, rms_norm, ...) get their slots in heap-address order
+(tile-ai/tilelang PR #3108); build_tools/smem_slots.py makes those sources canonical and
+tests/test_trace_determinism.py checks it.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from tvm.target import Target
 
 from build_tools.cexpr import free_vars, pystr, to_cpp
 from build_tools.matrix import VariantPoint
+from build_tools.smem_slots import canonical_source
 
 tirx = tvm.tirx
 
@@ -196,7 +197,10 @@ def trace(point: VariantPoint, arch: str) -> tuple[Signature, dict]:
     func = func.with_attr("global_symbol", point.name)
     sig = signature_of(func)
     artifact = lower(func, arch)
-    return sig, {"source": pystr(artifact.kernel_source), "kernels": kernels_of(artifact, sig)}
+    # Same-named shared buffers (reduction workspaces) get slots by heap address in TileLang
+    # 0.1.15; canonical_source fixes one equivalent assignment (build_tools/smem_slots.py).
+    source = canonical_source(artifact)
+    return sig, {"source": source, "kernels": kernels_of(artifact, sig)}
 
 
 def kernels_of(artifact, sig: Signature) -> list[dict]:

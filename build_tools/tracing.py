@@ -2,7 +2,8 @@
 
 A trace's cache key covers everything it depends on: the job (op, key, specialisation, arch,
 hence the kernel symbol), the kernel module's source and the project modules it imports
-(cache.module_digest), build_tools' tracer (trace.py, cexpr.py) and the tilelang version.
+(cache.module_digest), build_tools' tracer (trace.py, cexpr.py, smem_slots.py) and the
+tilelang version.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from build_tools.matrix import VariantPoint
 from build_tools.progress import Progress
 
 TRACE_FORMAT = 2  # bump when the traced data's shape changes
-_TRACER_FILES = ("trace.py", "cexpr.py")
+_TRACER_FILES = ("trace.py", "cexpr.py", "smem_slots.py")
 
 
 def job_name(name: str, arch: str) -> str:
