@@ -48,8 +48,17 @@ raises(OverflowError, _C.launch, rms, 0, 0, (-1, 2, 3), SHAPES, (1e-6,))
 raises(TypeError, _C.launch, rms, 0, 0, PTRS, SHAPES, ("x",))
 
 if MODE == "nodriver":
-    msg = raises(_C.DriverError, _C.launch, rms, 0, 0, PTRS, SHAPES, (1e-6,),
-                 match="CUDA driver (libcuda.so.1) not found")
+    msg = raises(
+        _C.DriverError,
+        _C.launch,
+        rms,
+        0,
+        0,
+        PTRS,
+        SHAPES,
+        (1e-6,),
+        match="CUDA driver (libcuda.so.1) not found",
+    )
     print(msg)
     raises(RuntimeError, _C.select, rms, 0, SHAPES, match="not found")
     assert _C.device_arch(0) is None
@@ -58,8 +67,16 @@ else:
     assert _C.device_arch(7) is None
     assert _C.select(rms, 0, list(SHAPES)) == "rms_norm_bf16_n4096"
     assert _C.select(rms, 1, (3, 1024, 1024, 3, 1024)) == "rms_norm_bf16_any"
-    print(raises(_C.VariantMissError, _C.select, rms, 0, (3, 1001, 1001, 3, 1001),
-                 match="on device 0 (sm_89)"))
+    print(
+        raises(
+            _C.VariantMissError,
+            _C.select,
+            rms,
+            0,
+            (3, 1001, 1001, 3, 1001),
+            match="on device 0 (sm_89)",
+        )
+    )
     _C.launch(rms, 0, 0x5150, list(PTRS), list(SHAPES), [1e-6])
     _C.launch(rms, 0, 0, PTRS, SHAPES, (1,))  # int scalar accepted as float
 
