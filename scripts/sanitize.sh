@@ -41,10 +41,17 @@ export TILEAOT_FUZZ_GPU_EXAMPLES=${TILEAOT_FUZZ_GPU_EXAMPLES:-4}  # the GPU fuzz
 export CACHING_FILES="test_gpu_torch_ops.py test_gpu_reliability.py"
 export SANITIZE_REGEX='^[a-z][a-z0-9_]*_kernel(_[0-9]+)?$'
 
+# Sets the caller's `filter` array (dynamic scope): tileaot's kernels only, unless
+# SANITIZE_ALL_KERNELS=1. The negative control and every test run use it.
+set_filter() {
+  filter=()
+  [ "${SANITIZE_ALL_KERNELS:-0}" = 1 ] || filter=(--kernel-name "regex=$SANITIZE_REGEX")
+}
+
 # One sanitized pytest process: its log, then its summary lines (printed as one block).
 run_one() {
-  local tool=$1 file=$2 log rc filter=() env=()
-  [ "${SANITIZE_ALL_KERNELS:-0}" = 1 ] || filter=(--kernel-name "regex=$SANITIZE_REGEX")
+  local tool=$1 file=$2 log rc filter env=()
+  set_filter
   log="$out/$tool.$(basename "$file" .py).log"
   # CUDA-graph capture and torch.cuda.set_per_process_memory_fraction need torch's caching
   # allocator (without it torch calls cudaMalloc while capturing, which CUDA forbids); these
@@ -64,13 +71,12 @@ run_one() {
   # rc 5: pytest collected no GPU test in this file (not a failure).
   [ "$rc" -eq 0 ] || [ "$rc" -eq 5 ]
 }
-export -f run_one
+export -f run_one set_filter
 export sanitizer out
 
 # Negative control: a deliberate out-of-bounds launch must be caught under the same filter.
 control_log="$out/control.memcheck.log"
-filter=(--kernel-name "regex=$SANITIZE_REGEX")
-[ "${SANITIZE_ALL_KERNELS:-0}" = 1 ] && filter=()
+set_filter
 timeout 120 "$sanitizer" --tool memcheck "${filter[@]}" --error-exitcode 86 --print-limit 3 \
   python scripts/sanitize_control.py > "$control_log" 2>&1
 control_rc=$?
