@@ -108,15 +108,20 @@ def record_owned(fn, points: dict, arch: str) -> Recorder:
     """`record`, with copies of every launch's buffers from before and after it (owned memory)."""
 
     def copies(call):
-        return [t.clone() for t in call_tensors(call, points, arch)]
+        return [t.clone() for t in call_tensors(call, points[variant_of(call)], arch)]
 
     return record(fn, copies)
 
 
-def call_tensors(call: tuple, points: dict, arch: str) -> list[torch.Tensor]:
-    """Views of the buffers of a recorded launch, in prim_func order."""
-    handle, device, ptrs, shapes, _ = call
-    point = points[_lib.native().select(handle, device, list(shapes))]
+def variant_of(call: tuple) -> str:
+    """The variant the runtime picked for a recorded launch."""
+    handle, device, _, shapes, _ = call
+    return _lib.native().select(handle, device, list(shapes))
+
+
+def call_tensors(call: tuple, point, arch: str) -> list[torch.Tensor]:
+    """Views of the buffers of a recorded launch of variant `point`, in prim_func order."""
+    _, _, ptrs, shapes, _ = call
     it_ptr, it_dim, views = iter(ptrs), iter(shapes), []
     for p in _params(point, arch):
         if p["kind"] == "tensor":
@@ -193,14 +198,14 @@ class JitCase:
         `buffers`: tensors to run on (copies from `record_owned`); by default views of the
         recorded pointers, valid only while the caller keeps the original tensors alive.
         """
-        handle, device, ptrs, shapes, scalars = call
-        self.variant = _lib.native().select(handle, device, list(shapes))
+        scalars = call[4]
+        self.variant = variant_of(call)
         point = points[self.variant]
         cache_key = (self.variant, repr(sorted((overrides or {}).items())))
         if cache_key not in self._compiled:
             self._compiled[cache_key] = _jit(point, arch, overrides or {})
         self.kernel = self._compiled[cache_key]
-        tensors = buffers if buffers is not None else call_tensors(call, points, arch)
+        tensors = buffers if buffers is not None else call_tensors(call, point, arch)
         args, it_tensor, it_sc = [], iter(tensors), iter(scalars)
         for p in _params(point, arch):
             if p["kind"] == "tensor":
