@@ -93,13 +93,13 @@ class Recorder:
 
 def record(fn, capture=None) -> Recorder:
     """Run `fn` with the native module's launches recorded (see Recorder)."""
-    native = _lib.native()
+    native, fast = _lib.native(), _lib._fast
     rec = Recorder(native, capture)
-    _lib._native = rec
+    _lib._native, _lib._fast = rec, {}  # no short path: every launch goes through `launch`
     try:
         fn()
     finally:
-        _lib._native = native
+        _lib._native, _lib._fast = native, fast
     torch.cuda.synchronize()
     return rec
 

@@ -123,6 +123,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeC:
     c = FakeC()
     monkeypatch.setattr(_lib, "_native", c)
     monkeypatch.setattr(_lib, "_handles", {})
+    monkeypatch.setattr(_lib, "_fast", {})
     monkeypatch.setattr(_lib, "current_stream", lambda device: STREAM)
     return c
 

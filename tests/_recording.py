@@ -28,8 +28,10 @@ class Recorder:
 
 
 def recording(monkeypatch: Any) -> Recorder:
-    """Puts a Recorder of the real native module in front of the ops (handle cache emptied)."""
+    """Puts a Recorder of the real native module in front of the ops (handle and short-path
+    caches emptied, so every launch goes through `launch` and is recorded)."""
     rec = Recorder(_lib.native())
     monkeypatch.setattr(_lib, "_native", rec)
     monkeypatch.setattr(_lib, "_handles", {})
+    monkeypatch.setattr(_lib, "_fast", {})  # and no short path: `learn` ignores a Recorder
     return rec

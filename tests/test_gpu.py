@@ -160,7 +160,7 @@ def test_native_call_takes_tensors_and_checks_them():
     x, w = _randn((37, 4096), torch.bfloat16), _randn((4096,), torch.bfloat16)
     y = torch.full_like(x, float("nan"))
     handle = native.lookup("rms_norm", "bf16")
-    native.call(handle, (x, w, y), (1e-5,))
+    assert native.call(handle, (x, w, y), (1e-5,)) is True
     torch.cuda.synchronize()
     torch.testing.assert_close(y, _reference("norm.rms_norm")(x, w, 1e-5), rtol=1.6e-2, atol=1e-2)
     with pytest.raises(TypeError, match="weight has dtype float32"):
@@ -169,6 +169,10 @@ def test_native_call_takes_tensors_and_checks_them():
         native.call(handle, (x[:, ::2], w[::2], y[:, ::2]), (1e-5,))
     with pytest.raises(ValueError, match="CUDA memory"):
         native.call(handle, (x.cpu(), w, y), (1e-5,))
+    with pytest.raises(ValueError, match="output y overlaps x"):
+        native.call(handle, (x, w, x), (1e-5,), 0b100)
+    native.call(handle, (x, w, x), (1e-5,), 0)  # in place is the caller's call without the bit
+    assert native.call(handle, (x[:0], w, y[:0]), (1e-5,)) is False  # empty: nothing launched
     q = torch.empty(37, 4096, dtype=torch.float8_e4m3fn, device="cuda")
     s = torch.empty(37, 32, device="cuda")
     cast = native.lookup("per_token_cast_fp8", "bf16,g128")
@@ -202,3 +206,34 @@ def test_launch_is_ordered_on_the_callers_stream():
 
 def test_every_variant_for_this_gpu_was_exercised():
     assert_every_variant_exercised(("rms_norm", "gemm", "per_token_cast_fp8"), SEEN)
+
+
+def test_ops_take_the_short_path_after_a_checked_call(monkeypatch):
+    """The second call of an op goes through `_C.call` alone (the checked path's `native()` is
+    made to fail), computes the same result, and still refuses bad arguments with the
+    checked path's messages."""
+    import tileaot
+    from tileaot import _lib
+
+    x, w = _randn((37, 4096), torch.bfloat16), _randn((4096,), torch.bfloat16)
+    first = tileaot.rms_norm(x, w, 1e-5)
+    q_ref, s_ref = tileaot.per_token_cast_fp8(x)
+    assert ("rms_norm", torch.bfloat16) in _lib._fast
+
+    def no_checked_path():
+        raise AssertionError("took the checked path")
+
+    with monkeypatch.context() as m:
+        m.setattr(_lib, "native", no_checked_path)
+        y = torch.full_like(x, float("nan"))
+        assert tileaot.rms_norm(x, w, 1e-5, out=y) is y
+        q, s = tileaot.per_token_cast_fp8(x)
+        torch.cuda.synchronize()
+    assert torch.equal(y, first)
+    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref)
+    with pytest.raises(ValueError, match="overlap"):
+        tileaot.rms_norm(x, w, 1e-5, out=x)
+    with pytest.raises(TypeError, match="weight"):
+        tileaot.rms_norm(x, w.float(), 1e-5)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        tileaot.rms_norm(x, w[:2048].contiguous(), 1e-5)

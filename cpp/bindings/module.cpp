@@ -250,8 +250,40 @@ void launch(int32_t handle, int32_t device, uintptr_t stream, nb::handle ptrs, n
   if (rc != TILEAOT_OK) raise_last_error(rc);
 }
 
-// Launch with the tensors themselves: every check in C++, stream from the framework.
-void call(int32_t handle, nb::handle tensors, nb::handle scalars) {
+// Byte range [begin, end) of a checked tensor (row-major, so contiguous).
+struct Span {
+  uintptr_t begin, end;
+};
+
+Span span_of(const DLTensor& t, int64_t numel) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) + t.byte_offset;
+  const uint64_t item_bits = uint64_t(t.dtype.bits) * t.dtype.lanes;
+  return {begin, begin + static_cast<uintptr_t>((uint64_t(numel) * item_bits + 7) / 8)};
+}
+
+// An output tensor (bit i of `outputs`) must not share a byte with any other tensor: the
+// kernels read inputs while writing outputs and assume no aliasing.
+void check_no_overlap(int32_t handle, const Span* spans, int32_t n, uint32_t outputs) {
+  for (int32_t i = 0; i < n; ++i) {
+    if (!(outputs >> i & 1u) || spans[i].begin == spans[i].end) continue;
+    for (int32_t j = 0; j < n; ++j) {
+      if (j == i || spans[j].begin == spans[j].end) continue;
+      if (spans[i].begin < spans[j].end && spans[j].begin < spans[i].end) {
+        const char *out_name = "", *other = "";
+        tileaot_tensor_param(handle, i, &out_name, nullptr);
+        tileaot_tensor_param(handle, j, &other, nullptr);
+        throw nb::value_error((std::string(tileaot_variant_field(handle, "op")) + ": output " +
+                               out_name + " overlaps " + other + " in memory; pass a separate " +
+                               "tensor")
+                                  .c_str());
+      }
+    }
+  }
+}
+
+// Launch with the tensors themselves: every check in C++, stream from the framework. Returns
+// false, launching nothing, if a tensor is empty: what an empty call means is the op's to say.
+bool call(int32_t handle, nb::handle tensors, nb::handle scalars, uint32_t outputs) {
   PyObject* seq = tensors.ptr();
   if (!PyTuple_Check(seq)) throw nb::type_error("tensors must be a tuple");
   const Py_ssize_t n = PyTuple_Size(seq);
@@ -263,6 +295,7 @@ void call(int32_t handle, nb::handle tensors, nb::handle scalars) {
   }
   const DLPackExchangeAPI* api = exchange_api(PyTuple_GetItem(seq, 0));
   const void* ptrs[kMaxTensors];
+  Span spans[kMaxTensors];
   int64_t shapes[kMaxShapeValues];
   int32_t n_shapes = 0, device = -1;
   bool empty = false;
@@ -271,14 +304,17 @@ void call(int32_t handle, nb::handle tensors, nb::handle scalars) {
     if (api->dltensor_from_py_object_no_sync(PyTuple_GetItem(seq, i), &t) != 0) {
       throw nb::python_error();
     }
-    empty |= check_tensor(handle, i, t, &device) == 0;
+    const int64_t numel = check_tensor(handle, i, t, &device);
+    empty |= numel == 0;
+    spans[i] = span_of(t, numel);
     if (n_shapes + t.ndim > kMaxShapeValues) throw nb::value_error("too many dimensions");
     for (int32_t d = 0; d < t.ndim; ++d) shapes[n_shapes++] = t.shape[d];
     ptrs[i] = static_cast<const char*>(t.data) + t.byte_offset;
   }
+  if (outputs != 0) check_no_overlap(handle, spans, static_cast<int32_t>(n), outputs);
   double c[kMaxScalars];
   const int32_t n_scalars = read_scalars(scalars, c);
-  if (empty) return;  // nothing to compute (and empty tensors may have no storage)
+  if (empty) return false;  // nothing to launch (and empty tensors may have no storage)
   void* stream = nullptr;
   if (api->current_work_stream(kDLCUDA, device, &stream) != 0) throw nb::python_error();
   int rc;
@@ -288,6 +324,7 @@ void call(int32_t handle, nb::handle tensors, nb::handle scalars) {
                         n_scalars);
   }
   if (rc != TILEAOT_OK) raise_last_error(rc);
+  return true;
 }
 
 std::string select_variant(int32_t handle, int32_t device, nb::handle shapes) {
@@ -344,13 +381,15 @@ NB_MODULE(_C, m) {
         "Launch on `stream` (a raw CUstream int) of CUDA device `device`. ptrs: data pointers;\n"
         "shapes: all tensor dims, concatenated; scalars: the op's runtime scalars.\n"
         "Raises ValueError (bad counts), VariantMissError, DriverError.");
-  m.def("call", &call, "handle"_a, "tensors"_a, "scalars"_a,
+  m.def("call", &call, "handle"_a, "tensors"_a, "scalars"_a, "outputs"_a = 0,
         nb::sig("def call(handle: int, tensors: tuple, "
-                "scalars: tuple[float, ...] | list[float]) -> None"),
+                "scalars: tuple[float, ...] | list[float], outputs: int = 0) -> bool"),
         "Launch with the tensors themselves (read through the DLPack C exchange API) on the\n"
         "framework's current stream of their device. Checks dtype (against the key), CUDA\n"
-        "device, contiguity, 16-byte alignment and int32 sizes before launching; an empty\n"
-        "tensor makes it a no-op. Raises TypeError, ValueError, VariantMissError, DriverError.");
+        "device, contiguity, 16-byte alignment, int32 sizes and, for each tensor whose bit is\n"
+        "set in `outputs`, that it overlaps no other tensor, before launching. Returns True\n"
+        "once launched; False, launching nothing, if a tensor is empty. Raises TypeError,\n"
+        "ValueError, VariantMissError (shapes no variant takes), DriverError.");
   m.def("select", &select_variant, "handle"_a, "device"_a, "shapes"_a,
         nb::sig("def select(handle: int, device: int, "
                 "shapes: tuple[int, ...] | list[int]) -> str"),

@@ -1,6 +1,7 @@
 #include "select.h"
 
 #include <cstring>
+#include <vector>
 
 #include "tileaot/tileaot.h"
 
@@ -39,13 +40,28 @@ int32_t first_match(const Group& g, int major, int minor, int rank, const int64_
   return -1;
 }
 
+// ends[i]: one past the last row of the group that starts at row i; -1 if no group starts
+// there. Worked out once: every launch asks, and a wheel's groups hold dozens of rows.
+const std::vector<int32_t>& group_ends() {
+  static const std::vector<int32_t> ends = [] {
+    std::vector<int32_t> e(static_cast<size_t>(kNumVariants), -1);
+    for (int32_t i = 0; i < kNumVariants;) {
+      int32_t j = i + 1;
+      while (j < kNumVariants && same_group(kVariants[i], kVariants[j])) ++j;
+      e[static_cast<size_t>(i)] = j;
+      i = j;
+    }
+    return e;
+  }();
+  return ends;
+}
+
 }  // namespace
 
 bool group_of(int32_t handle, Group* group) {
   if (handle < 0 || handle >= kNumVariants) return false;
-  if (handle > 0 && same_group(kVariants[handle - 1], kVariants[handle])) return false;
-  int32_t end = handle + 1;
-  while (end < kNumVariants && same_group(kVariants[handle], kVariants[end])) ++end;
+  const int32_t end = group_ends()[static_cast<size_t>(handle)];
+  if (end < 0) return false;  // a row inside a group, not a handle
   *group = {handle, end};
   return true;
 }

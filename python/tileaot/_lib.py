@@ -4,6 +4,14 @@
 nothing here runs at import time. The op functions call `handle()`, `native()` and
 `current_stream()`; tests replace `_native` with a fake module and `current_stream` with a stub.
 
+`fast(key, tensors, scalars, outputs)` is the ops' short path for torch tensors: one `_C.call`
+that reads the tensors through torch's DLPack C exchange API and checks them in C++ (dtype,
+device, layout, alignment, sizes, shapes against the variant, outputs not overlapping inputs),
+taking the stream from torch. It is tried only for an (op, dtype/mode) whose handle a checked
+call has `learn`ed; on any check failure it returns False and the op's checked Python path runs,
+which raises the precise error (or handles what the short path leaves to it, such as empty
+tensors).
+
 `current_stream(device)` is torch's current stream. A call with non-torch (DLPack) arrays runs
 inside `stream_override(stream)`, which makes `current_stream` answer that call's stream in its
 thread. Only processes that make such calls pay for that check (~0.2 us): until the first one,
@@ -20,6 +28,8 @@ _native: ModuleType | None = None
 # (op, key) -> the handle `_C.lookup` returned; misses are not cached, so they stay loud.
 _handles: dict[tuple[str, str], int] = {}
 _version: str | None = None
+# (op, fast key) -> handle, for `fast`; only filled while `_native` is the real module.
+_fast: dict[tuple, int] = {}
 
 _NOT_BUILT = (
     "tileaot's native module ({name}) is not built: this looks like a source checkout. Build "
@@ -55,6 +65,30 @@ def handle(op: str, key: str) -> int:
     if h is None:
         h = _handles[(op, key)] = native().lookup(op, key)
     return h
+
+
+def learn(key: tuple, handle: int) -> None:
+    """Let `fast(key, ...)` launch `handle`: called by an op's checked path after a launch whose
+    arguments were exactly the tensors the op's short path passes for `key`."""
+    if type(_native) is ModuleType:  # not a test's fake or recorder: they see every launch
+        _fast[key] = handle
+
+
+def fast(key: tuple, tensors: tuple, scalars: tuple, outputs: int) -> bool:
+    """Launch through `_C.call` if `key` was learned; False (nothing launched) if it was not,
+    if a tensor is empty, or if any check fails — the caller then runs its checked path.
+
+    `outputs`: bit i set for each tensor the kernel writes (checked against overlap). Every
+    exception means "take the checked path": it names the problem precisely, and a driver
+    failure there is raised again (re-running a kernel is harmless: outputs never alias inputs).
+    """
+    handle = _fast.get(key)
+    if handle is None:
+        return False
+    try:
+        return _native.call(handle, tensors, scalars, outputs)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return False
 
 
 def _resolve_current_stream(device: int) -> int:

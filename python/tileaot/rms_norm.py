@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 _OP = "rms_norm"
 _DTYPES = ("bf16", "fp16", "fp32")
 _INF = float("inf")
+_WRITES_Y = 0b100  # `_lib.fast`: tensors (x, weight, y), y written
 
 
 def rms_norm(
@@ -61,7 +62,11 @@ def rms_norm(
         >>> ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
         >>> torch.testing.assert_close(y, (ref * w.float()).bfloat16())
     """
-    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+    if type(x) is _arrays.Tensor and type(eps) is float and 0.0 <= eps < _INF and x.dim() == 2:
+        y = x.new_empty(x.shape) if out is None else out
+        if _lib.fast((_OP, x.dtype), (x, weight, y), (eps,), _WRITES_Y):
+            return y
+    elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(rms_norm, locals())
     fw = _arrays.namespace(x)
     key = _validate.dtype_key("x", x, _DTYPES)
@@ -87,14 +92,17 @@ def rms_norm(
     if numel == 0:
         return y
     m = numel // n
+    handle = _lib.handle(_OP, key)
     _lib.native().launch(
-        _lib.handle(_OP, key),
+        handle,
         device,
         _lib.current_stream(device),
         (x.data_ptr(), weight.data_ptr(), y.data_ptr()),
         (m, n, n, m, n),
         (eps,),
     )
+    if type(x) is _arrays.Tensor:  # the short path passes (x, weight, y) of a 2-D x: these shapes
+        _lib.learn((_OP, x.dtype), handle)
     return y
 
 

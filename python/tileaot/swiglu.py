@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     import torch
 
 _OP = "swiglu"
+_WRITES_Y = 0b10  # `_lib.fast`: tensors (x, y), y written
 _DTYPES = ("bf16", "fp16", "fp32")
 
 
@@ -55,7 +56,12 @@ def swiglu(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         >>> g, u = x.float().chunk(2, dim=-1)
         >>> torch.testing.assert_close(y, (torch.nn.functional.silu(g) * u).bfloat16())
     """
-    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+    if type(x) is _arrays.Tensor and x.dim() == 2:
+        m, n2 = x.shape
+        y = x.new_empty(m, n2 >> 1) if out is None else out
+        if _lib.fast((_OP, x.dtype), (x, y), (), _WRITES_Y):
+            return y
+    elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(swiglu, locals())
     key = _validate.dtype_key("x", x, _DTYPES)
     shape = x.shape
@@ -79,14 +85,17 @@ def swiglu(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     if y.numel() == 0:
         return y
     m = x.numel() // n2
+    handle = _lib.handle(_OP, key)
     _lib.native().launch(
-        _lib.handle(_OP, key),
+        handle,
         device,
         _lib.current_stream(device),
         (x.data_ptr(), y.data_ptr()),
         (m, n2, m, h),
         (),
     )
+    if type(x) is _arrays.Tensor:  # the short path passes (x, y) of a 2-D x: these shapes
+        _lib.learn((_OP, x.dtype), handle)
     return y
 
 

@@ -82,7 +82,23 @@ def topk_gate(
         >>> p = torch.sigmoid(logits).gather(-1, ref)
         >>> torch.testing.assert_close(w, p / p.sum(-1, keepdim=True))
     """
-    if type(scores) is not _arrays.Tensor and _arrays.foreign(scores):
+    if (
+        type(scores) is _arrays.Tensor
+        and type(k) is int
+        and type(renormalize) is bool
+        and type(scoring) is str
+        and scores.dim() == 2
+        and 0 < k <= min(MAX_K, scores.shape[1])
+        and scores.shape[1] <= MAX_EXPERTS
+        and (out is None or type(out) is tuple)
+    ):
+        pair = out
+        if pair is None:
+            t = scores.shape[0]
+            pair = scores.new_empty(t, k, dtype=_arrays._torch.int32), scores.new_empty(t, k)
+        if _lib.fast((_OP, scoring), (scores, *pair), (1.0 if renormalize else 0.0,), 0b110):
+            return pair
+    elif type(scores) is not _arrays.Tensor and _arrays.foreign(scores):
         return _arrays.call(topk_gate, locals())
     fw = _arrays.namespace(scores)
     _validate.dtype_key("scores", scores, ("fp32",))
@@ -119,14 +135,17 @@ def topk_gate(
         )
     if t == 0:
         return idx, weights
+    handle = _lib.handle(_OP, key)
     _lib.native().launch(
-        _lib.handle(_OP, key),
+        handle,
         device,
         _lib.current_stream(device),
         (scores.data_ptr(), idx.data_ptr(), weights.data_ptr()),
         (t, e, t, k, t, k),
         (1.0 if renormalize else 0.0,),
     )
+    if type(scores) is _arrays.Tensor:  # the short path passes (scores, idx, weights)
+        _lib.learn((_OP, scoring), handle)
     return idx, weights
 
 
