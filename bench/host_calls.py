@@ -15,6 +15,7 @@ The first row of each implementation is its headline (bench/targets.py reads it 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -58,6 +59,19 @@ def tilelang_call(x, w, y):
     return jit.variant, lambda: kernel(*args)
 
 
+@contextlib.contextmanager
+def checked_path_only():
+    """tileaot's ops without their short path (`_lib.fast` never finds a learned handle)."""
+    from tileaot import _lib
+
+    fast, learn = _lib._fast, _lib.learn
+    _lib._fast, _lib.learn = {}, lambda key, handle: None
+    try:
+        yield
+    finally:
+        _lib._fast, _lib.learn = fast, learn
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=10_000)
@@ -89,6 +103,11 @@ def main() -> int:
     rows = []
     for impl, call, fn in cases:
         rows.append({"impl": impl, "call": call} | per_call(fn, args.calls, args.bursts))
+        print(f"{call:58s} {rows[-1]['us']:7.2f} us ({rows[-1]['us_synced']:.2f} synced)")
+    with checked_path_only():  # what the short path saves: the same call, checks in Python
+        call = "tileaot.rms_norm(x, w, out=y), checked path only"
+        fn = cases[0][2]
+        rows.append({"impl": "tileaot checked", "call": call} | per_call(fn, args.calls, 3))
         print(f"{call:58s} {rows[-1]['us']:7.2f} us ({rows[-1]['us_synced']:.2f} synced)")
     if args.json:
         Path(args.json).write_text(json.dumps(result | {"rows": rows}, indent=1))
