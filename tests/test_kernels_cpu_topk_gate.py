@@ -3,7 +3,9 @@ computation, a lane-by-lane Python model of the kernel's algorithm against the r
 (layouts, per-lane caches and refills, the tie rule, -inf/NaN), the KernelSpec table, and
 lowering smoke tests (tilelang, no GPU)."""
 
+import itertools
 import math
+import struct
 
 import pytest
 
@@ -194,6 +196,161 @@ def test_kernel_model_matches_reference(e, size, kind):
                 assert refills > 0  # the refill path is what this case is for
 
 
+# --- the keyed selection (KEYED), modelled lane by lane -------------------------------------
+
+
+def _exchange(net: list[int], i: int, j: int) -> None:
+    net[i], net[j] = max(net[i], net[j]), min(net[i], net[j])
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_sort_pairs_sort_every_zero_one_input(n):
+    pairs = list(tg._sort_pairs(0, n))
+    for bits in range(1 << n):  # the 0-1 principle: sorting every 0/1 input sorts all inputs
+        net = [bits >> i & 1 for i in range(n)]
+        for i, j in pairs:
+            _exchange(net, i, j)
+        assert net == sorted(net, reverse=True), (n, bits)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_bitonic_pairs_merge_two_sorted_lists_into_the_best_n(n):
+    for _ in range(200):
+        a, b = (sorted(torch.randint(0, 50, (n,)).tolist(), reverse=True) for _ in range(2))
+        net = [max(a[i], b[n - 1 - i]) for i in range(n)]
+        for i, j in tg._bitonic_pairs(n):
+            _exchange(net, i, j)
+        assert net == sorted(a + b, reverse=True)[:n]
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _key(x: float, expert: int, e: int | None) -> int:
+    """The kernel's key of score x held for `expert` (see tg._keyed_macros)."""
+    mask = (1 << tg._tie_bits(e)) - 1
+    b = _bits(_fmax(x, -INF) + 0.0)  # + 0.0: -0 becomes +0
+    u = b ^ (0xFFFFFFFF if b >> 31 else 0x80000000)
+    return ((u | mask) - expert) & 0xFFFFFFFF
+
+
+def _network(keys: list[int]) -> list[int]:
+    """The kernel's fill network on a lane's keys: the best CACHE, best first, 0 past the end."""
+    c = tg.CACHE
+    net = [0] * (2 * c)
+    for gi, members in enumerate(tg._groups(len(keys))):
+        base = 0 if gi == 0 else c
+        for i, j in enumerate(members):
+            net[base + i] = 0 if j is None else keys[j]
+        for i, j in tg._sort_pairs(0, c):
+            _exchange(net, base + i, base + j)
+        if gi:
+            net[:c] = [max(net[i], net[2 * c - 1 - i]) for i in range(c)]
+            for i, j in tg._bitonic_pairs(c):
+                _exchange(net, i, j)
+    return net[:c]
+
+
+class _KeyedLane:
+    """One lane of the keyed path: its keys, cache (best first, 0 = empty) and refill floor."""
+
+    def __init__(self, keys: list[int]):
+        self.keys = keys
+        self.cache = _network(keys)
+        self.floor, self.dry = self.cache[-1], self.cache[-1] == 0
+
+    def refill(self) -> None:
+        f = self.floor
+        got = [(t + f) % 2**32 for t in _network([(x - f) % 2**32 for x in self.keys])]
+        self.cache = [x if x < f else 0 for x in got]
+        self.floor, self.dry = self.cache[-1], self.cache[-1] == 0
+
+
+def _keyed_model(row: list[float], k: int, e: int | None):
+    """(experts by the keys, whether two of the k + 1 best keys share a bucket, whether the
+    row has bits the keys drop, refill count) for one token, as the keyed kernel runs it."""
+    lanes, slots, width = tg._layout(e)
+    bits = tg._tie_bits(e)
+    group = []
+    for lane in range(lanes):
+        experts = [(j // width) * width * lanes + lane * width + j % width for j in range(slots)]
+        group.append(_KeyedLane([_key(row[x] if x < len(row) else -INF, x, e) for x in experts]))
+    near, last, picks, refills = 2**32 - 1, 0, [], 0
+    for r in range(min(k, tg.MAX_K) + 1):  # one more: the cut
+        if any(not ln.cache[0] and not ln.dry for ln in group):
+            refills += 1
+            for ln in group:
+                if not ln.cache[0] and not ln.dry:
+                    ln.refill()
+        best = max(ln.cache[0] for ln in group)
+        near, last = min(near, best ^ last), best
+        if r < k:
+            picks.append(~best & ((1 << bits) - 1))
+            for ln in group:
+                if ln.cache[0] == best:
+                    ln.cache = ln.cache[1:] + [0]
+    lossy = any(_bits(_fmax(x, -INF) + 0.0) & ((1 << bits) - 1) for x in row)
+    return picks, near < 1 << bits, lossy, refills
+
+
+def _near(t: int, e: int, sign: float) -> torch.Tensor:
+    """Top scores a few ulps apart (one bucket, different values) above ordinary ones."""
+    base = sign * (3 + torch.rand(t, 1))
+    steps = torch.randint(-300, 300, (t, e), dtype=torch.int32)
+    x = (base.view(torch.int32) + steps).view(torch.float32)
+    x[:, ::3] = torch.randn(t, len(range(0, e, 3))) * 0.1 - 5 * (sign < 0)
+    return x
+
+
+@pytest.mark.parametrize("e,size", [(64, 64), (128, 128), (256, 256), (None, 60), (None, 512)])
+@pytest.mark.parametrize(
+    "kind", ["randn", "tied", "special", "adversarial", "bf16", "near", "near_negative"]
+)
+def test_keyed_model_matches_reference_or_falls_back(e, size, kind):
+    lanes, _, width = tg._layout(e)
+    for k in sorted({1, 2, 6, 8, min(16, size)}):
+        own = 0
+        if kind == "adversarial":
+            x, own = _adversarial(size, lanes, width)
+        elif kind == "bf16":
+            x = torch.randn(5, size).bfloat16().float()
+        elif kind.startswith("near"):
+            x = _near(5, size, -1.0 if kind == "near_negative" else 1.0)
+        else:
+            x = _inputs(5, size, kind)
+        idx, _ = tg.reference(x, k)
+        fallbacks = 0
+        for t in range(x.shape[0]):
+            picks, shared, lossy, refills = _keyed_model(x[t].tolist(), k, e)
+            if shared and lossy:  # the kernel redoes this token on the float path
+                fallbacks += 1
+            else:
+                assert picks == idx[t].tolist(), (e, size, kind, k, t)
+            if kind in ("tied", "bf16", "special"):
+                assert not lossy  # these keys are exact: no fallback, however many ties
+            if min(k, own) > tg.CACHE:
+                assert refills > 0
+        if kind.startswith("near") and k >= 6:
+            assert fallbacks > 0  # the case is there to exercise the fallback
+
+
+def test_keys_order_like_scores_then_experts():
+    vals = [-INF, -3.5, -1.0, -0.0, 0.0, 1e-30, 1.0, 2.5, INF, math.nan]
+    vals += torch.randn(40).tolist()
+    for e in (64, 256, None):
+        mask = (1 << tg._tie_bits(e)) - 1
+        for x, y in itertools.product(vals, repeat=2):
+            for ex, ey in ((3, 9), (9, 3)):
+                kx, ky = _key(x, ex, e), _key(y, ey, e)
+                a, b = _fmax(x, -INF), _fmax(y, -INF)
+                assert ~kx & mask == ex
+                if kx >> tg._tie_bits(e) != ky >> tg._tie_bits(e):  # different buckets
+                    assert (kx > ky) == (a > b)
+                elif a == b:  # equal scores (both zeros included): the smaller expert first
+                    assert (kx > ky) == (ex < ey)
+
+
 # --- specs ----------------------------------------------------------------------------------
 
 
@@ -250,3 +407,22 @@ def test_lower_static_e_uses_vector_loads_shuffles_and_votes():
 def test_lower_generic_sigmoid_masks_past_e():
     src = lower_source(tg.factory(arch="sm_80", dtype="float32", scoring="sigmoid"), "sm_80", "t")
     assert "< E)" in src and "-CUDART_INF_F" in src and "__any_sync" in src
+
+
+@needs_tilelang
+def test_lower_keyed_selection_keeps_the_float_path_as_fallback(monkeypatch):
+    src = lower_source(
+        tg.factory(arch="sm_90a", dtype="float32", scoring="softmax", E=256), "sm_90a", "t"
+    )
+    monkeypatch.setattr(tg, "KEYED", False)
+    float_only = lower_source(
+        tg.factory(arch="sm_90a", dtype="float32", scoring="softmax", E=256), "sm_90a", "t"
+    )
+    assert "uint key[" not in float_only and "(cv[0] != cv[0])" in float_only
+    monkeypatch.setattr(tg, "KEYED", True)
+    assert "uint key[32];" in src and "__fadd_rn" in src  # the keys, -0 made +0
+    assert "__shfl_sync((uint)4294967295, pv[0], 0, 8)" in src  # the max: pick 0's score
+    assert "(cv[0] != cv[0])" in src  # the float path, for tokens whose keys may misorder
+    monkeypatch.setattr(tg, "CACHE", 3)
+    with pytest.raises(ValueError, match="power-of-two CACHE"):
+        tg.factory(arch="sm_90a", dtype="float32", scoring="softmax", E=256)

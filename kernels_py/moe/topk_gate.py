@@ -16,7 +16,8 @@ as torch.softmax does.
 Kernel: ``L`` lanes per token (8 for a static E, 16 for the generic one), ``V = E / L`` scores
 per lane in registers, ``128 / L`` tokens per 128-thread block. Lane ``l``'s slot ``j`` holds
 expert ``(j // W) * W * L + l * W + j % W``: 16-byte loads (``W = 4``) that read each row
-coalesced, once. All compares are exact IEEE float compares (nothing packed or rounded).
+coalesced, once. The float path below (the keyed selection's fallback) compares exact IEEE
+floats, nothing packed or rounded.
 
 1. Each lane fills a cache with its best ``C = 4`` (value, expert) pairs, best first: C passes
    of (fmax tree, first slot equal to it, that slot set to NaN, which fmax skips).
@@ -43,9 +44,32 @@ picks ``l, l + L, ...``): one kernel serves every k, at the cost of a loop count
 ``renormalize`` is a runtime int32 flag; ``scoring`` is part of the key.
 The generic variant (E dynamic, ``E <= 512``) reads scalars; slots past E hold -inf, whose
 experts come after every real one (ties go to the smaller index and ``k <= E``).
+
+Keyed selection (``KEYED = True``, what ships: 26.6 -> 19.0 us softmax and 26.7 -> 19.3 us
+sigmoid at T = 32768, E = 256, k = 8 on an H200, bit-identical outputs; bench/results/
+2026-11-29-h200-tuning.md, "Session 4"). The float path above is its fallback, and all of
+the kernel with ``KEYED = False``. Each score becomes one uint32 key: its order-preserving
+bits (NaN as -inf, -0 as +0; sign bit flipped for x >= 0, all bits for x < 0) with the low
+``B`` bits (enough for E - 1) replaced by ``~expert``. Keys are unique in a token and order
+like (score, then the smaller expert), except between scores that differ only in those B
+bits (one bucket, ``key >> B``).
+
+1. A compare-exchange network gives each lane its best C keys, sorted: groups of C sorted by
+   Batcher's network, each max-merged into the running best and the bitonic result sorted
+   (~4.5 integer min/max per score, once, instead of ~5 compares/selects per score per
+   pass). A refill ranks ``key - floor`` (wrapping; floor = the last key cached), which puts
+   the keys below the floor on top, in order.
+2. A round is one max butterfly on the lanes' heads; the owner of the winning key pops it.
+   The expert is the key's low bits; its score is re-read from memory for the weights.
+3. Exact when a token's k + 1 best keys (the extra one marks the cut) lie in k + 1 buckets.
+   Otherwise, if no score of the warp has nonzero low B bits (bfloat16-valued scores, whose
+   buckets hold equal scores that the keys order by expert), the keys stand; else the warp
+   reloads its rows and redoes them on the float path (randn rows: under 1 warp in 100).
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+
+from types import SimpleNamespace
 
 from ..spec import KernelSpec
 
@@ -60,6 +84,7 @@ GENERIC_LANES = 16  # generic E: 16 lanes x 32 slots cover E <= 512
 MIN_BLOCKS = 8  # per SM: caps registers at 64 per thread (occupancy 50 %)
 CACHE = 4  # cached (value, expert) pairs per lane
 NO_INDEX = 1 << 30  # above every expert index: the identity of the index-min butterfly
+KEYED = True  # select on packed uint32 keys (see "Keyed selection" above); False: float path
 
 
 def factory(arch: str, dtype: str, scoring: str, E: int | None = None):
@@ -71,6 +96,8 @@ def factory(arch: str, dtype: str, scoring: str, E: int | None = None):
         raise ValueError(f"topk_gate: unsupported key {dtype!r}, {scoring!r}")
     if E is not None and (E % (4 * STATIC_LANES) or not 0 < E <= MAX_E):
         raise ValueError(f"topk_gate: a static E must be a multiple of 32 up to 512; got {E}")
+    if KEYED and CACHE & (CACHE - 1):
+        raise ValueError(f"topk_gate: KEYED needs a power-of-two CACHE; got {CACHE}")
     return _kernel(scoring, E)
 
 
@@ -87,6 +114,163 @@ def _tree(op, items):
         pairs = range(0, len(items) - 1, 2)
         items = [op(items[i], items[i + 1]) for i in pairs] + items[len(items) & ~1 :]
     return items[0]
+
+
+def _tie_bits(e: int | None) -> int:
+    """Low key bits that hold the expert index (KEYED): enough for the largest expert."""
+    return max(1, ((MAX_E if e is None else e) - 1).bit_length())
+
+
+def _sort_pairs(lo: int, n: int):
+    """Compare-exchange pairs (i, j), i < j, that sort positions lo .. lo + n - 1 (n a power
+    of two) when each moves the larger value to i: Batcher's odd-even merge sort."""
+    if n > 1:
+        yield from _sort_pairs(lo, n // 2)
+        yield from _sort_pairs(lo + n // 2, n // 2)
+        yield from _merge_pairs(lo, n, 1)
+
+
+def _merge_pairs(lo: int, n: int, r: int):
+    """Pairs that merge the two sorted halves of lo .. lo + n - 1, at stride r."""
+    if 2 * r < n:
+        yield from _merge_pairs(lo, n, 2 * r)  # the even positions, then the odd ones
+        yield from _merge_pairs(lo + r, n, 2 * r)
+        yield from ((i, i + r) for i in range(lo + r, lo + n - r, 2 * r))
+    else:
+        yield (lo, lo + r)
+
+
+def _bitonic_pairs(n: int) -> list[tuple[int, int]]:
+    """Pairs that sort a bitonic sequence of n (a power of two) positions, larger first."""
+    strides = [n >> s for s in range(1, n.bit_length())]
+    return [(i, i + d) for d in strides for i in range(n) if not i & d]
+
+
+def _groups(slots: int) -> list[list[int | None]]:
+    """The slots in groups of CACHE for the keyed network; None pads the last group."""
+    size = -(-slots // CACHE) * CACHE
+    return [[j if j < slots else None for j in range(a, a + CACHE)] for a in range(0, size, CACHE)]
+
+
+def _keyed_macros(e: int | None, K):
+    """The keyed selection's pieces (KEYED), as a namespace of macros and expressions.
+
+    Key layout (uint32): the score's order-preserving bits (sign bit flipped for x >= 0, all
+    bits flipped for x < 0; -0 first made +0) with the low B = _tie_bits(e) bits replaced by
+    ~expert, so a larger key is a larger score or, within one bucket (key >> B), a smaller
+    expert. 0 is below every key: the empty cache entry.
+    """
+    import tilelang.language as T
+    from tilelang import tvm
+
+    lanes, slots, width = _layout(e)
+    steps = [lanes >> (s + 1) for s in range(lanes.bit_length() - 1)]
+    mask = (1 << _tie_bits(e)) - 1
+    sort_pairs, merge_pairs = list(_sort_pairs(0, CACHE)), _bitonic_pairs(CACHE)
+    entries = list(range(CACHE))  # a list: a Python loop over it unrolls while tracing
+    FLOOR, DRY, LAST, NEAR = range(4)  # fields of `state`
+
+    def u32(x):
+        return tvm.tirx.const(x, "uint32")
+
+    def slot_bits(j):
+        """The expert bits set by slot j (the lane sets the others)."""
+        return (j // width) * (width * lanes) + j % width
+
+    @T.macro
+    def pack(key, v, lane):
+        """key[j] = the key of score v[j] (NaN already -inf) held by `lane`'s slot j."""
+        # (u | mask) - expert puts ~expert in the low bits (nothing borrows): one add
+        # of the lane's and the slot's part of the expert index.
+        lane_bits = T.cast(lane * width, "uint32")
+        for j in T.unroll(slots):
+            x = T.ieee_add(v[j], T.float32(0))  # -0 + 0 = +0: the two zeros tie
+            neg = T.cast(T.reinterpret(x, "int32") >> 31, "uint32")
+            u = T.reinterpret(x, "uint32") ^ (neg | u32(0x80000000))
+            key[j] = (u | u32(mask)) - lane_bits - T.cast(slot_bits(j), "uint32")
+
+    @T.macro
+    def exchange(net, i, j):
+        """net[i], net[j] = max, min (the scratch slot 2 * CACHE holds the old net[i])."""
+        net[2 * CACHE] = net[i]
+        net[i] = T.max(net[2 * CACHE], net[j])
+        net[j] = T.min(net[2 * CACHE], net[j])
+
+    @T.macro
+    def fill(key, kc, net, state, need, refill):
+        """kc = this lane's best CACHE keys, best first (0 past the last); with `refill`,
+        only keys below state[FLOOR], only on lanes with `need`.
+
+        The network: each group of CACHE keys is sorted, then max-merged into the running
+        best (net[:CACHE]) and the bitonic result sorted. A refill ranks key - floor
+        (wrapping): keys below the floor come out above every other one, in order.
+        """
+        for gi, members in enumerate(_groups(slots)):
+            base = 0 if gi == 0 else CACHE
+            for i, j in enumerate(members):
+                if j is None:
+                    net[base + i] = u32(0)
+                elif refill:
+                    net[base + i] = key[j] - state[FLOOR]
+                else:
+                    net[base + i] = key[j]
+            for a, b in sort_pairs:
+                exchange(net, base + a, base + b)
+            if gi > 0:
+                for i in entries:
+                    net[i] = T.max(net[i], net[2 * CACHE - 1 - i])
+                for a, b in merge_pairs:
+                    exchange(net, a, b)
+        for p in entries:
+            if refill:
+                got = net[p] + state[FLOOR]
+                kc[p] = T.if_then_else(need, T.if_then_else(got < state[FLOOR], got, u32(0)), kc[p])
+            else:
+                kc[p] = net[p]
+        # A lane that found fewer than CACHE is spent; the last key cached is the next floor.
+        state[DRY] = T.if_then_else(need & (kc[CACHE - 1] == u32(0)), u32(1), state[DRY])
+        state[FLOOR] = T.if_then_else(need, kc[CACHE - 1], state[FLOOR])
+
+    @T.macro
+    def best_key(key, kc, net, state, best):
+        """best[0] = the token's best cached key, after refilling drained lanes; state[NEAR]
+        keeps the smallest xor of two consecutive best keys (< 2**B: one bucket)."""
+        if T.any_sync((kc[0] == u32(0)) & (state[DRY] == u32(0))):  # some lane ran out
+            fill(key, kc, net, state, (kc[0] == u32(0)) & (state[DRY] == u32(0)), True)
+        best[0] = kc[0]
+        for s in steps:
+            best[0] = T.max(best[0], T.shfl_xor(best[0], s))
+        state[NEAR] = T.min(state[NEAR], best[0] ^ state[LAST])
+        state[LAST] = best[0]
+
+    @T.macro
+    def start(key, kc, net, state):
+        """The first fill; state = (floor, dry, last best: none, smallest xor: none)."""
+        for f in T.unroll(NEAR):
+            state[f] = u32(0)
+        state[NEAR] = u32(0xFFFFFFFF)
+        fill(key, kc, net, state, True, False)
+
+    def shared_bucket(state):
+        """Whether two consecutive best keys so far lie in one bucket (may be misordered)."""
+        return state[NEAR] <= u32(mask)
+
+    def expert_of(key):
+        """The expert index a key holds (int32)."""
+        return T.cast(~key & u32(mask), "int32")
+
+    def lost_bits(x):
+        """The score bits a key drops (int32; 0 for bfloat16-valued scores)."""
+        return T.reinterpret(T.ieee_add(x, T.float32(0)), "int32") & mask
+
+    return SimpleNamespace(
+        pack=pack,
+        start=start,
+        best_key=best_key,
+        shared_bucket=shared_bucket,
+        expert_of=expert_of,
+        lost_bits=lost_bits,
+    )
 
 
 def _kernel(scoring: str, e: int | None):
@@ -131,6 +315,99 @@ def _kernel(scoring: str, e: int | None):
         # Fewer than CACHE found: v is spent and never needs another pass.
         dry[0] = T.if_then_else(need & T.isnan(cv[CACHE - 1]), 1, dry[0])
 
+    @T.macro
+    def load(scores, v, row, lane):
+        """v = this lane's scores of `row`, NaN as -inf (slots past a generic E hold -inf)."""
+        if e is None:
+            for j in T.unroll(slots):
+                col = j * lanes + lane
+                v[j] = T.if_then_else(col < E, scores[row, T.min(col, E - 1)], neg_inf)
+        else:
+            for c in T.unroll(slots // width):
+                for q in T.vectorized(width):
+                    v[c * width + q] = scores[row, c * width * lanes + lane * width + q]
+        for j in T.unroll(slots):
+            v[j] = T.max(v[j], neg_inf)  # fmax: NaN becomes -inf
+
+    @T.macro
+    def exact_select(v, cv, ci, pv, pi, best, slot, dry, lane, top: T.Ref, g: T.Ref, win: T.Ref):
+        """The float path: cache fill, then k rounds of (fmax butterfly, index-min butterfly)."""
+        for p in T.unroll(CACHE):
+            cv[p] = nan
+            ci[p] = NO_INDEX
+        for q in T.unroll(picks):
+            pv[q] = zero
+            pi[q] = 0
+        dry[0] = 0
+        fill(v, cv, ci, best, slot, dry, lane, True)
+        if scoring == "softmax":
+            top = cv[0]
+            for s in steps:
+                top = T.max(top, T.shfl_xor(top, s))
+        for r in T.serial(T.min(K, MAX_K)):
+            if T.any_sync(T.isnan(cv[0]) & (dry[0] == 0)):  # some lane's cache ran out
+                fill(v, cv, ci, best, slot, dry, lane, T.isnan(cv[0]) & (dry[0] == 0))
+            g = cv[0]
+            for s in steps:
+                g = T.max(g, T.shfl_xor(g, s))
+            # The smallest expert index holding the maximum: the tie rule.
+            win = T.if_then_else(cv[0] == g, ci[0], NO_INDEX)
+            for s in steps:
+                win = T.min(win, T.shfl_xor(win, s))
+            for q in T.unroll(picks):
+                if r == q * lanes + lane:
+                    pv[q] = g
+                    pi[q] = win
+            if ci[0] == win:  # pop the head (one lane per token)
+                for p in T.unroll(CACHE - 1):
+                    cv[p] = cv[p + 1]
+                    ci[p] = ci[p + 1]
+                cv[CACHE - 1] = nan
+                ci[CACHE - 1] = NO_INDEX
+
+    kz = _keyed_macros(e, K)
+
+    @T.macro
+    def keyed_select(
+        scores, v, cv, ci, pv, pi, best, slot, dry, lane, row, top: T.Ref, g: T.Ref, win: T.Ref
+    ):
+        """The keyed path (KEYED): pi from packed keys, pv re-read from scores. The float path
+        redoes the warp's tokens when two of some token's k + 1 best keys share a bucket and a
+        score of the warp has bits the keys dropped."""
+        key = T.alloc_local((slots,), "uint32")  # this lane's keys (see _keyed_macros)
+        kc = T.alloc_local((CACHE,), "uint32")  # cached keys, best first; 0 = empty
+        net = T.alloc_local((2 * CACHE + 1,), "uint32")  # network scratch
+        pk = T.alloc_local((picks,), "uint32")  # keys of picks r = q * lanes + lane
+        state = T.alloc_local((4,), "uint32")  # refill floor, dry, last best, smallest xor
+        kbest = T.alloc_local((1,), "uint32")
+        lost = T.alloc_local((1,), "int32")
+        kz.pack(key, v, lane)
+        kz.start(key, kc, net, state)
+        for q in T.unroll(picks):
+            pk[q] = T.uint32(0)
+        for r in T.serial(T.min(K, MAX_K)):
+            kz.best_key(key, kc, net, state, kbest)
+            for q in T.unroll(picks):
+                if r == q * lanes + lane:
+                    pk[q] = kbest[0]
+            if kc[0] == kbest[0]:  # pop the head (keys are unique: one lane per token)
+                for p in T.unroll(CACHE - 1):
+                    kc[p] = kc[p + 1]
+                kc[CACHE - 1] = T.uint32(0)
+        kz.best_key(key, kc, net, state, kbest)  # the (k + 1)-th key: where the cut falls
+        for q in T.unroll(picks):
+            pi[q] = kz.expert_of(pk[q])
+        if T.any_sync(kz.shared_bucket(state)):
+            load(scores, v, row, lane)
+            lost[0] = _tree(T.bitwise_or, [kz.lost_bits(v[j]) for j in range(slots)])
+            if T.any_sync(lost[0] != 0):
+                exact_select(v, cv, ci, pv, pi, best, slot, dry, lane, top, g, win)
+        for q in T.unroll(picks):
+            col = T.min(pi[q], E - 1)  # pi is garbage past k: keep the (unused) read in the row
+            pv[q] = T.if_then_else(q * lanes + lane < K, T.max(scores[row, col], neg_inf), zero)
+        if scoring == "softmax":
+            top = T.shfl_sync(pv[0], 0, lanes)  # pick 0 (lane 0 of the token) is the maximum
+
     @T.prim_func
     def topk_gate(
         scores: T.Tensor((M, E), "float32"),
@@ -159,16 +436,7 @@ def _kernel(scoring: str, e: int | None):
             total = T.alloc_var("float32")  # the weights' denominator
             g = T.alloc_var("float32")
             win = T.alloc_var("int32")
-            if e is None:
-                for j in T.unroll(slots):
-                    col = j * lanes + lane
-                    v[j] = T.if_then_else(col < E, scores[row, T.min(col, E - 1)], neg_inf)
-            else:
-                for c in T.unroll(slots // width):
-                    for q in T.vectorized(width):
-                        v[c * width + q] = scores[row, c * width * lanes + lane * width + q]
-            for j in T.unroll(slots):
-                v[j] = T.max(v[j], neg_inf)  # fmax: NaN becomes -inf
+            load(scores, v, row, lane)
             total = one
             if scoring == "softmax":
                 if renorm == 0:
@@ -179,38 +447,10 @@ def _kernel(scoring: str, e: int | None):
                     total = _tree(add, [T.exp(v[j] - top) for j in range(slots)])
                     for s in steps:
                         total = total + T.shfl_xor(total, s)
-            for p in T.unroll(CACHE):
-                cv[p] = nan
-                ci[p] = NO_INDEX
-            for q in T.unroll(picks):
-                pv[q] = zero
-                pi[q] = 0
-            dry[0] = 0
-            fill(v, cv, ci, best, slot, dry, lane, True)
-            if scoring == "softmax":
-                top = cv[0]
-                for s in steps:
-                    top = T.max(top, T.shfl_xor(top, s))
-            for r in T.serial(T.min(K, MAX_K)):
-                if T.any_sync(T.isnan(cv[0]) & (dry[0] == 0)):  # some lane's cache ran out
-                    fill(v, cv, ci, best, slot, dry, lane, T.isnan(cv[0]) & (dry[0] == 0))
-                g = cv[0]
-                for s in steps:
-                    g = T.max(g, T.shfl_xor(g, s))
-                # The smallest expert index holding the maximum: the tie rule.
-                win = T.if_then_else(cv[0] == g, ci[0], NO_INDEX)
-                for s in steps:
-                    win = T.min(win, T.shfl_xor(win, s))
-                for q in T.unroll(picks):
-                    if r == q * lanes + lane:
-                        pv[q] = g
-                        pi[q] = win
-                if ci[0] == win:  # pop the head (one lane per token)
-                    for p in T.unroll(CACHE - 1):
-                        cv[p] = cv[p + 1]
-                        ci[p] = ci[p + 1]
-                    cv[CACHE - 1] = nan
-                    ci[CACHE - 1] = NO_INDEX
+            if KEYED:
+                keyed_select(scores, v, cv, ci, pv, pi, best, slot, dry, lane, row, top, g, win)
+            else:
+                exact_select(v, cv, ci, pv, pi, best, slot, dry, lane, top, g, win)
             for q in T.unroll(picks):
                 if scoring == "softmax":
                     w[q] = T.exp(pv[q] - top)
