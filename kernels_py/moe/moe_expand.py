@@ -26,13 +26,9 @@ per lane, all loaded up front into registers):
    therefore deterministic: ascending token, then slot, inside each expert.
 4. pad: zero the padding rows, ``PAD_ROWS`` rows per block, grid (ceil((alignment-1)/8), E);
    with alignment 1 the grid is empty and the launcher skips it.
-5. copy: one block per (token, 16 KB of its row) loads that piece once (16-byte vectors) and
-   stores it to each of the token's K rows; block column 0 also copies the fp8 scales. Other
-   archs keep the piece in registers and store 16-byte vectors per thread. sm_90a stages it in
-   shared memory and writes each row with one bulk async copy (``cp.async.bulk``, issued by
-   one thread) with an evict-first L2 hint: 1150 us against 1169 us for the vector stores
-   (-1.6 %; 1165 us without the hint) on an H200, bf16, T = 32768, H = 7168, K = 8, E = 256
-   (bench/results/2026-11-29-h200-tuning.md). Unaligned bf16 rows stay on scalar stores.
+5. copy: one block per (token, 16 KB of its row) loads that piece once (16-byte vectors, in
+   registers) and stores it to each of the token's K rows; block column 0 also copies the fp8
+   scales.
 
 The copy reads x once and writes each routed row once: bandwidth-bound by design. Kernels
 1-3 touch only the int32 metadata (a few MB at most).
@@ -63,13 +59,6 @@ COPY_THREADS = 128
 # bench/results/2026-11-29-h200-tuning.md); unused vectors of shorter rows are skipped.
 COPY_UNROLL = 8
 PAD_ROWS = 8  # padding rows zeroed per padding block
-# sm_90a copy kernel (other archs keep the per-thread 16-byte stores): the chunk is staged in
-# shared memory and each destination row written by one bulk async copy with an evict-first L2
-# hint. H200, T = 32768, H = 7168, K = 8, E = 256: 1150 us against 1169 us for the vector
-# stores (-1.6 %); 1165 us without the hint; one block per 1 or 2 slots, a lean copy, or other
-# unrolls were no faster (bench/results/2026-11-29-h200-tuning.md). False: vector stores on
-# every arch (for tuning).
-COPY_BULK = True
 
 
 def factory(arch: str, dtype: str, E: int | None = None):
@@ -80,16 +69,16 @@ def factory(arch: str, dtype: str, E: int | None = None):
         token_pos[T, K] int32, chunk_counts[ceil(T*K / 1024), E] int32 (scratch),
         expert_counts[E] int32 (scratch), alignment: int32
 
-    ``arch`` changes only the copy kernel: bulk copies on sm_90a (see COPY_BULK).
+    ``arch`` does not change the code.
     """
     if dtype not in DTYPES:
         raise ValueError(f"moe_expand: unsupported dtype {dtype!r}")
     if E is not None and not 0 < E <= E_MAX:
         raise ValueError(f"moe_expand: E={E} is outside [1, {E_MAX}]")
-    return _build(dtype, E, bulk=COPY_BULK and arch == "sm_90a")
+    return _build(dtype, E)
 
 
-def _build(dtype: str, e_static: int | None, bulk: bool = False):
+def _build(dtype: str, e_static: int | None):
     import tilelang.language as T
 
     fp8 = dtype == "float8_e4m3fn"
@@ -107,11 +96,6 @@ def _build(dtype: str, e_static: int | None, bulk: bool = False):
     chunk = COPY_THREADS * vec * COPY_UNROLL  # row elements per copy block (16 KB)
     vec_copy, vec_zero = _row_ops(T, H, K, P, G, vec, COPY_UNROLL, dtype, fp8)
     scalar_copy, scalar_zero = _row_ops(T, H, K, P, G, 1, vec * COPY_UNROLL, dtype, fp8)
-    if bulk:
-        vec_copy = _staged_copy(T, H, K, P, G, vec, 1, dtype, fp8, bulk=True)
-        # The unaligned bf16 chunk in `vec` rounds of COPY_UNROLL scalars: the one-round scalar
-        # copy would set the registers of the whole kernel (227 against 40, ptxas 12.9).
-        scalar_copy = _staged_copy(T, H, K, P, G, 1, vec, dtype, fp8, bulk=False)
 
     @T.macro
     def copy_chunk(x, xsc, xs, xss, pos, t, c, tx):
@@ -377,88 +361,6 @@ def _row_ops(T, H, K, P, G, vec: int, unroll: int, dtype: str, fp8: bool):
                     xs[row, col + v] = T.cast(0, dtype)
 
     return copy, zero
-
-
-def _staged_copy(T, H, K, P, G, vec: int, rounds: int, dtype: str, fp8: bool, bulk: bool):
-    """The copy macro of ``_row_ops`` as sm_90a runs it (same arguments): the chunk goes in
-    ``rounds`` rounds of COPY_UNROLL runs of ``vec`` elements per thread (element (r, u, tx, v)
-    is ``((r * COPY_UNROLL + u) * COPY_THREADS + tx) * vec + v``), each round loaded once and
-    stored to every row of the token; explicit barriers guard the shared slot tile.
-
-    ``bulk`` (one round of 16-byte vectors): the round goes to shared memory instead of
-    registers; after a proxy fence and a barrier, thread 0 writes each row with one bulk async
-    copy (``cp.async.bulk``, evict-first L2 hint: the rows are not read again by this kernel)
-    and waits until the copies have read shared memory before the block may exit.
-    """
-    from tilelang import tvm
-
-    if bulk and rounds != 1:
-        raise ValueError("moe_expand: bulk copies take the chunk in one round")
-    unroll = COPY_UNROLL
-    chunk = COPY_THREADS * vec * unroll * rounds
-    tma_store = tvm.ir.Op.get("tl.tma_store")
-
-    @T.macro
-    def store_row(xsc, xs, xss, frag, row, p, t, c, r, tx):
-        if (p >= 0) & (p < P):
-            if bulk:
-                if tx == 0:
-                    n = T.min(chunk, H - c * chunk)  # H % vec == 0: a multiple of 16 bytes
-                    T.evaluate(
-                        T.call_intrin(
-                            "handle",
-                            tma_store,
-                            T.access_ptr(xs[p, c * chunk], "w", extent=n),
-                            T.access_ptr(row[0], "r", extent=n),
-                            n * ITEMSIZE[dtype],
-                            0,  # a plain store, not a reduction
-                            1,  # L2 evict first
-                        )
-                    )
-            else:
-                for u in T.unroll(unroll):
-                    col = c * chunk + ((r * unroll + u) * COPY_THREADS + tx) * vec
-                    if col < H:
-                        for v in T.vectorized(vec):
-                            xs[p, col + v] = frag[u * vec + v]
-            if fp8:  # one round (fp8 rows are 16-byte aligned): the scales go once
-                if c == 0:
-                    for i in T.serial(T.ceildiv(G, COPY_THREADS)):
-                        if i * COPY_THREADS + tx < G:
-                            xss[p, i * COPY_THREADS + tx] = xsc[t, i * COPY_THREADS + tx]
-
-    @T.macro
-    def copy(x, xsc, xs, xss, pos, t, c, tx):
-        frag = T.alloc_local((unroll * vec,), dtype)
-        row = T.alloc_shared((chunk if bulk else vec,), dtype)
-        tile = T.alloc_shared((COPY_THREADS,), "int32")
-        for r in T.serial(rounds):
-            for u in T.unroll(unroll):
-                col = c * chunk + ((r * unroll + u) * COPY_THREADS + tx) * vec
-                if col < H:
-                    for v in T.vectorized(vec):
-                        if bulk:
-                            row[(u * COPY_THREADS + tx) * vec + v] = x[t, col + v]
-                        else:
-                            frag[u * vec + v] = x[t, col + v]
-            if bulk:
-                # Makes this thread's shared-memory writes visible to the bulk copies (async
-                # proxy); the barrier below orders them before thread 0 issues the copies.
-                T.fence_proxy_async()
-            for kt in T.serial(T.ceildiv(K, COPY_THREADS)):
-                T.sync_threads()  # everyone has read the previous tile
-                j = kt * COPY_THREADS + tx
-                tile[tx] = T.if_then_else(j < K, pos[t, j], -1)
-                T.sync_threads()
-                for s in T.serial(T.min(K - kt * COPY_THREADS, COPY_THREADS)):
-                    p = T.alloc_var("int32", init=tile[s])
-                    store_row(xsc, xs, xss, frag, row, p, t, c, r, tx)
-        if bulk:
-            if tx == 0:
-                T.tma_store_arrive()
-                T.tma_store_wait(0, True)  # shared memory must outlive the copies' reads
-
-    return copy
 
 
 def rows_needed(tokens: int, slots: int, experts: int, alignment: int) -> int:
