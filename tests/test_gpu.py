@@ -169,6 +169,8 @@ def test_native_call_takes_tensors_and_checks_them():
         native.call(handle, (x[:, ::2], w[::2], y[:, ::2]), (1e-5,))
     with pytest.raises(ValueError, match="CUDA memory"):
         native.call(handle, (x.cpu(), w, y), (1e-5,))
+    with pytest.raises(ValueError, match="weight has 2 dims .*takes 1"):
+        native.call(handle, (x, w[None], y.view(-1)), (1e-5,))  # 5 dims in all, wrong ranks
     with pytest.raises(ValueError, match="output y overlaps x"):
         native.call(handle, (x, w, x), (1e-5,), 0b100)
     native.call(handle, (x, w, x), (1e-5,), 0)  # in place is the caller's call without the bit
@@ -237,3 +239,67 @@ def test_ops_take_the_short_path_after_a_checked_call(monkeypatch):
         tileaot.rms_norm(x, w.float(), 1e-5)
     with pytest.raises(ValueError, match="weight must have shape"):
         tileaot.rms_norm(x, w[:2048].contiguous(), 1e-5)
+
+
+def _short_path_calls() -> dict:
+    """Op case -> a call of it on CUDA inputs made once here (the same inputs at every call)."""
+    import tileaot
+
+    x = _randn((37, 512), torch.bfloat16, 3.0)
+    w = torch.rand(37, device="cuda")
+    q8, s8 = tileaot.per_token_cast_fp8(x)
+    qb, sb = tileaot.per_block_cast_fp8(x)
+    ys = _randn((20, 64), torch.bfloat16)
+    pos = torch.randint(-1, 20, (6, 2), dtype=torch.int32, device="cuda")
+    probs = torch.rand(6, 2, device="cuda")
+    h, k, v = (_randn((4, 64), torch.bfloat16) for _ in range(3))
+    g_w = torch.nn.Parameter(_randn((64,), torch.bfloat16), requires_grad=False)
+    return {
+        "swiglu_per_token_cast_fp8": lambda: tileaot.swiglu_per_token_cast_fp8(x, w, 7.0),
+        "per_block_cast_fp8": lambda: tileaot.per_block_cast_fp8(x),
+        "per_token_cast_fp4": lambda: tileaot.per_token_cast_fp4(x, 16, "e4m3"),
+        "cast_back/g128": lambda: tileaot.cast_back(q8, s8),
+        "cast_back/block128": lambda: tileaot.cast_back(qb, sb, out_dtype=torch.float32),
+        "moe_reduce": lambda: tileaot.moe_reduce(ys, pos, probs),
+        "transpose": lambda: tileaot.transpose(x.view(37, 8, 64)),
+        "engram_gate": lambda: tileaot.engram_gate(h, k, v, g_w, g_w, return_gate=True),
+    }
+
+
+def _bits(result) -> list:
+    """The result's tensors, 1-byte ones as uint8 (torch.equal has no float8 kernels)."""
+    tensors = result if isinstance(result, tuple) else (result,)
+    return [r.view(torch.uint8) if r.element_size() == 1 else r for r in tensors]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "swiglu_per_token_cast_fp8",
+        "per_block_cast_fp8",
+        "per_token_cast_fp4",
+        "cast_back/g128",
+        "cast_back/block128",
+        "moe_reduce",
+        "transpose",
+        "engram_gate",
+    ],
+)
+def test_short_path_of_each_op_computes_what_the_checked_path_did(monkeypatch, case):
+    """A first call on the checked path teaches the short path; a second (`native()` made to
+    fail, so only `_C.call` can launch) must give the same bits."""
+    from tileaot import _lib
+
+    call = _short_path_calls()[case]
+    monkeypatch.setattr(_lib, "_fast", {})  # nothing learned yet: the first call is checked
+    first = call()
+
+    def no_checked_path():
+        raise AssertionError("took the checked path")
+
+    with monkeypatch.context() as m:
+        m.setattr(_lib, "native", no_checked_path)
+        second = call()
+        torch.cuda.synchronize()
+    for a, b in zip(_bits(first), _bits(second), strict=True):
+        assert a.data_ptr() != b.data_ptr() and torch.equal(a, b), case

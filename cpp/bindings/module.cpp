@@ -190,6 +190,14 @@ int64_t check_tensor(int32_t handle, int32_t i, const DLTensor& t, int32_t* devi
   uint32_t want = 0;
   tileaot_tensor_param(handle, i, &name, &want);
   const std::string who = std::string(tileaot_variant_field(handle, "op")) + ": " + name;
+  // Each tensor its own rank: concatenated shapes of the right total length can still match
+  // the variant's pattern with dims moved between tensors (a 1-D out read as [M, N]).
+  const int32_t ndim = tileaot_tensor_ndim(handle, i);
+  if (t.ndim != ndim) {
+    throw nb::value_error((who + " has " + std::to_string(t.ndim) + " dims (shape " +
+                           shape_text(t) + "); this kernel takes " + std::to_string(ndim))
+                              .c_str());
+  }
   const uint32_t got = t.dtype.code | uint32_t(t.dtype.bits) << 8 | uint32_t(t.dtype.lanes) << 16;
   if (got != want) {
     throw nb::type_error(

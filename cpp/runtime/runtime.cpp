@@ -115,6 +115,16 @@ int launch_row(const Driver& d, DeviceState& dev, int32_t device, int32_t row, v
   return fail(TILEAOT_ERROR_DRIVER, failure_message(d, v, device, dev, failure));
 }
 
+// The first row of handle's (op, key) group (all rows share its parameters); nullptr, with the
+// error set, if `handle` is not one `tileaot_lookup` returns.
+const Variant* group_head(int32_t handle) {
+  Group group;
+  if (group_of(handle, &group)) return &kVariants[group.begin];
+  fail(TILEAOT_ERROR_INVALID,
+       "tileaot: invalid handle " + std::to_string(handle) + " (use tileaot_lookup)");
+  return nullptr;
+}
+
 const char* variant_field(const Variant& v, const char* field) {
   if (std::strcmp(field, "name") == 0) return v.name;
   if (std::strcmp(field, "op") == 0) return v.op;
@@ -149,13 +159,9 @@ int32_t tileaot_lookup(const char* op, const char* key) {
 int tileaot_launch(int32_t handle, int32_t device, void* stream, const void* const* ptrs,
                    int32_t n_tensors, const int64_t* shapes, int32_t n_shapes,
                    const double* scalars, int32_t n_scalars) {
-  Group group;
-  if (!group_of(handle, &group)) {
-    return fail(TILEAOT_ERROR_INVALID,
-                "tileaot: invalid handle " + std::to_string(handle) + " (use tileaot_lookup)");
-  }
-  const Variant& first = kVariants[group.begin];
-  if (int rc = check_launch_args(first, ptrs, n_tensors, n_shapes, scalars, n_scalars)) return rc;
+  const Variant* first = group_head(handle);
+  if (first == nullptr) return TILEAOT_ERROR_INVALID;
+  if (int rc = check_launch_args(*first, ptrs, n_tensors, n_shapes, scalars, n_scalars)) return rc;
   const Driver* driver = nullptr;
   DeviceState* dev = nullptr;
   if (int rc = get_device(device, &driver, &dev)) return rc;
@@ -167,12 +173,7 @@ int tileaot_launch(int32_t handle, int32_t device, void* stream, const void* con
 
 const char* tileaot_select(int32_t handle, int32_t device, const int64_t* shapes,
                            int32_t n_shapes) {
-  Group group;
-  if (!group_of(handle, &group)) {
-    fail(TILEAOT_ERROR_INVALID,
-         "tileaot: invalid handle " + std::to_string(handle) + " (use tileaot_lookup)");
-    return nullptr;
-  }
+  if (group_head(handle) == nullptr) return nullptr;
   const Driver* driver = nullptr;
   DeviceState* dev = nullptr;
   if (get_device(device, &driver, &dev) != TILEAOT_OK) return nullptr;
@@ -183,18 +184,25 @@ const char* tileaot_select(int32_t handle, int32_t device, const int64_t* shapes
 }
 
 int32_t tileaot_tensor_param(int32_t handle, int32_t i, const char** name, uint32_t* dlpack_dtype) {
-  Group group;
-  if (!group_of(handle, &group)) {
-    fail(TILEAOT_ERROR_INVALID,
-         "tileaot: invalid handle " + std::to_string(handle) + " (use tileaot_lookup)");
+  const Variant* v = group_head(handle);
+  if (v == nullptr) return -1;
+  if (i >= 0 && i < v->n_tensors) {
+    if (name != nullptr) *name = v->tensor_names[i];
+    if (dlpack_dtype != nullptr) *dlpack_dtype = v->tensor_dtypes[i];
+  }
+  return v->n_tensors;
+}
+
+int32_t tileaot_tensor_ndim(int32_t handle, int32_t i) {
+  const Variant* v = group_head(handle);
+  if (v == nullptr) return -1;
+  if (i < 0 || i >= v->n_tensors) {
+    fail(TILEAOT_ERROR_INVALID, "tileaot_tensor_ndim: " + op_label(*v) + " has " +
+                                    std::to_string(v->n_tensors) + " tensors, not tensor " +
+                                    std::to_string(i));
     return -1;
   }
-  const Variant& v = kVariants[group.begin];
-  if (i >= 0 && i < v.n_tensors) {
-    if (name != nullptr) *name = v.tensor_names[i];
-    if (dlpack_dtype != nullptr) *dlpack_dtype = v.tensor_dtypes[i];
-  }
-  return v.n_tensors;
+  return v->ndims[i];
 }
 
 const char* tileaot_device_arch(int32_t device) {

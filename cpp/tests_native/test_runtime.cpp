@@ -195,6 +195,13 @@ void test_introspection() {
   EXPECT(tileaot_variant_field(-1, "name") == nullptr);
   EXPECT(std::strcmp(tileaot_build_archs(), "sm_80,sm_86,sm_90,sm_90a,sm_100a") == 0);
   EXPECT(std::strcmp(tileaot_build_ops(), "*") == 0);
+  const int32_t rms = tileaot_lookup("rms_norm", "bf16");
+  EXPECT(tileaot_tensor_ndim(rms, 0) == 2 && tileaot_tensor_ndim(rms, 1) == 1);
+  EXPECT(tileaot_tensor_ndim(rms, 2) == 2);
+  EXPECT(tileaot_tensor_ndim(rms, 3) == -1);
+  EXPECT_ERROR_HAS("has 3 tensors, not tensor 3");
+  EXPECT(tileaot_tensor_ndim(rms + 1, 0) == -1);  // a row inside a group is no handle
+  EXPECT_ERROR_HAS("invalid handle");
 }
 
 // Count and pointer checks come before any driver use, so they hold with or without one.

@@ -56,6 +56,10 @@ TILEAOT_API const char* tileaot_select(int32_t handle, int32_t device, const int
 TILEAOT_API int32_t tileaot_tensor_param(int32_t handle, int32_t i, const char** name,
                                          uint32_t* dlpack_dtype);
 
+/* Number of dims tensor parameter i of `handle` has (its shape values in a launch's
+ * concatenated `shapes`), or -1 (error set) for a bad handle or index. */
+TILEAOT_API int32_t tileaot_tensor_ndim(int32_t handle, int32_t i);
+
 /* "sm_90a"-style name of the SASS target family for device `device`, or NULL. */
 TILEAOT_API const char* tileaot_device_arch(int32_t device);
 
