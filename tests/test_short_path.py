@@ -7,6 +7,10 @@ call runs the checked path and records its `launch`; a second, identical call mu
 concatenated, are the launch's shape values, the same scalars, and the output bits set on
 exactly the tensors the op writes. A short path that passed other shapes (a flattened view, a
 scale layout) would launch the right kernel on the wrong sizes; this is where that shows.
+
+`_C.call` checks the number of tensors and the total number of dims, not each tensor's rank:
+the fake checks the same, and BAD_RANKS holds arguments that keep the total but move a dim
+from one tensor to another, which the ops' own guards must send to the checked path.
 """
 
 from __future__ import annotations
@@ -29,14 +33,19 @@ def _module_fake(call_result: object = True) -> types.ModuleType:
     """A module-typed `_C` stand-in recording lookup/launch/call."""
     native = types.ModuleType("tileaot._C")
     native.launches, native.calls, native.handles = [], [], {}
+    native.counts = {}  # handle -> (tensors, shape values) of its launches, as `_C` knows them
 
     def lookup(op: str, key: str) -> int:
         return native.handles.setdefault((op, key), 100 + len(native.handles))
 
     def launch(handle, device, stream, ptrs, shapes, scalars):
         native.launches.append((handle, device, stream, tuple(ptrs), tuple(shapes), scalars))
+        native.counts[handle] = (len(ptrs), len(shapes))
 
     def call(handle, tensors, scalars, outputs=0):
+        counts = native.counts.get(handle)
+        if counts is not None and counts != (len(tensors), sum(x.dim() for x in tensors)):
+            raise ValueError("wrong number of tensors or shape values")  # as `_C.call` does
         native.calls.append((handle, tensors, tuple(scalars), outputs))
         if isinstance(call_result, BaseException):
             raise call_result
@@ -61,8 +70,24 @@ def _f32(*shape: int) -> torch.Tensor:
     return torch.randn(shape)
 
 
-# op name, argument builder (fresh tensors, out= given), index of each written tensor in the
-# call's tensor tuple.
+def _e4m3(*shape: int) -> torch.Tensor:
+    return torch.randn(shape).to(torch.float8_e4m3fn)
+
+
+def _u8(*shape: int) -> torch.Tensor:
+    return torch.randint(0, 255, shape, dtype=torch.uint8)
+
+
+def _i32(*shape: int) -> torch.Tensor:
+    return torch.randint(0, 20, shape, dtype=torch.int32)
+
+
+def _engram_inputs(rows: int = 4, h: int = 64) -> tuple[torch.Tensor, ...]:
+    return t(rows, h), t(rows, h), t(rows, h), t(h), t(h)
+
+
+# "op" or "op/case": argument builder (fresh tensors, out= given), index of each written
+# tensor in the call's tensor tuple.
 CASES = {
     "rms_norm": (
         lambda: ((t(7, 4096), t(4096)), {"eps": 1e-5, "out": t(7, 4096)}),
@@ -88,14 +113,55 @@ CASES = {
         ),
         {1, 2},
     ),
+    "swiglu_per_token_cast_fp8": (
+        lambda: ((t(5, 512), _f32(5)), {"clamp": 7.0, "out": (_e4m3(5, 256), _f32(5, 2))}),
+        {2, 3},
+    ),
+    "per_block_cast_fp8": (
+        lambda: ((t(130, 300),), {"out": (_e4m3(130, 300), _f32(2, 3))}),
+        {1, 2},
+    ),
+    "per_token_cast_fp4": (
+        lambda: ((t(13, 512), 16, "e4m3"), {"out": (_u8(13, 256), _e4m3(13, 32))}),
+        {1, 2},
+    ),
+    "cast_back/g128": (lambda: ((_e4m3(9, 512), _f32(9, 4)), {"out": t(9, 512)}), {2}),
+    "cast_back/token": (
+        lambda: (
+            (_e4m3(9, 512), _f32(9, 1)),
+            {"out_dtype": torch.float32, "out": _f32(9, 512)},
+        ),
+        {2},
+    ),
+    "cast_back/block128": (
+        lambda: ((_e4m3(130, 300), _f32(2, 3)), {"layout": "block128", "out": t(130, 300)}),
+        {2},
+    ),
+    "moe_reduce/sum": (lambda: ((t(20, 64), _i32(6, 2)), {"out": t(6, 64)}), {2}),
+    "moe_reduce/weighted": (
+        lambda: (
+            (t(20, 64), _i32(6, 2), _f32(6, 2)),
+            {"out_dtype": torch.float32, "out": _f32(6, 64)},
+        ),
+        {3},
+    ),
+    "transpose": (lambda: ((t(3, 5, 8),), {"out": t(3, 8, 5)}), {1}),
+    "engram_gate": (
+        lambda: (_engram_inputs(), {"eps": 1e-6, "return_gate": True, "out": (t(4, 64), _f32(4))}),
+        {5, 6},
+    ),
 }
+
+
+def _op(name: str):
+    return getattr(tileaot, name.partition("/")[0])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_second_call_passes_what_the_first_launched(module_fake, name):
     build, written = CASES[name]
     args, kwargs = build()
-    op = getattr(tileaot, name)
+    op = _op(name)
     op(*args, **kwargs)  # the checked path: launch, then learn
     assert len(module_fake.launches) == 1 and not module_fake.calls
     handle, _, _, ptrs, shapes, scalars = module_fake.launches[0]
@@ -114,7 +180,7 @@ def test_allocating_call_passes_fresh_outputs_of_the_launched_shapes(module_fake
     build, written = CASES[name]
     args, kwargs = build()
     kwargs.pop("out")
-    op = getattr(tileaot, name)
+    op = _op(name)
     op(*args, **kwargs)
     shapes = module_fake.launches[0][4]
     result = op(*args, **kwargs)
@@ -123,6 +189,143 @@ def test_allocating_call_passes_fresh_outputs_of_the_launched_shapes(module_fake
     assert tuple(d for x in tensors for d in x.shape) == shapes
     results = result if isinstance(result, tuple) else (result,)
     assert [tensors[i] for i in sorted(written)] == list(results)
+
+
+# CASES name: arguments whose tensors have the total number of dims of the case's, one dim
+# moved between two of them, so that the shape values could still fit the kernel's pattern
+# (rms_norm's: weight [N, M], y [N] reads as x [M, N], weight [N], y [M, N]). The checked path
+# refuses each; a short path without a rank guard would hand them to `call` (and, on a GPU,
+# write past the end of the smaller output).
+BAD_RANKS = {
+    "rms_norm": lambda: ((t(7, 64), t(64, 7)), {"out": t(64)}),
+    "topk_gate": lambda: (
+        (_f32(11, 256), 8),
+        {"out": (torch.empty(11, dtype=torch.int32), _f32(8, 11, 8))},
+    ),
+    "per_token_cast_fp8": lambda: ((t(13, 512),), {"out": (_e4m3(13), _f32(512, 13, 4))}),
+    "swiglu_per_token_cast_fp8": lambda: (
+        (t(5, 512), _f32(5)),
+        {"out": (_e4m3(5), _f32(256, 5, 2))},
+    ),
+    "per_block_cast_fp8": lambda: ((t(130, 300),), {"out": (_e4m3(130), _f32(300, 2, 3))}),
+    "per_token_cast_fp4": lambda: (
+        (t(13, 512), 16, "e4m3"),
+        {"out": (_u8(13), _e4m3(256, 13, 32))},
+    ),
+    "moe_reduce/weighted": lambda: (
+        (t(20, 64), _i32(6, 2), _f32(6)),
+        {"out_dtype": torch.float32, "out": _f32(2, 6, 64)},
+    ),
+    "engram_gate": lambda: (
+        (*_engram_inputs()[:3], t(64, 1), t(64)[0]),
+        {"return_gate": True, "out": (t(4, 64), _f32(4))},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RANKS))
+def test_tensors_of_other_ranks_go_to_the_checked_path(module_fake, name):
+    args, kwargs = CASES[name][0]()
+    op = _op(name)
+    op(*args, **kwargs)  # learn
+    args, kwargs = BAD_RANKS[name]()
+    with pytest.raises((TypeError, ValueError)):
+        op(*args, **kwargs)
+    assert module_fake.calls == []
+
+
+def test_rms_norm_short_path_takes_a_parameter_weight(module_fake):
+    x, w = t(7, 64), torch.nn.Parameter(t(64), requires_grad=False)
+    tileaot.rms_norm(x, w)
+    tileaot.rms_norm(x, w)
+    assert len(module_fake.launches) == 1 and module_fake.calls[0][1][1] is w
+
+
+def test_swiglu_per_token_cast_fp8_without_weights_is_never_short(module_fake):
+    """Without weights the launch passes x's pointer as the [M] weights: no tensor the short
+    path could pass, so such a call neither takes the short path nor teaches it."""
+    x, w = t(5, 512), _f32(5)
+    tileaot.swiglu_per_token_cast_fp8(x)
+    assert _lib._fast == {}
+    tileaot.swiglu_per_token_cast_fp8(x, w)  # learns
+    tileaot.swiglu_per_token_cast_fp8(x)
+    assert len(module_fake.launches) == 3 and module_fake.calls == []
+    tileaot.swiglu_per_token_cast_fp8(x, w)
+    assert len(module_fake.launches) == 3 and len(module_fake.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "scale_shape", "layout"),
+    [
+        (1, 128, (1, 1), "g128"),  # every layout fits: the first, g128
+        (4, 128, (4, 1), "g128"),
+        (4, 256, (4, 1), "token"),
+        (4, 256, (4, 2), "g128"),
+        (1, 300, (1, 3), "block128"),  # rows == M, yet only block128 fits
+        (200, 256, (2, 2), "block128"),
+    ],
+)
+def test_cast_back_short_path_infers_the_checked_paths_layout(
+    module_fake, m, n, scale_shape, layout
+):
+    q, scale = _e4m3(m, n), _f32(*scale_shape)
+    tileaot.cast_back(q, scale)
+    handle = module_fake.launches[0][0]
+    assert module_fake.handles["cast_back_fp8", f"bf16,{layout}"] == handle
+    tileaot.cast_back(q, scale)
+    assert len(module_fake.launches) == 1 and module_fake.calls[0][0] == handle
+
+
+def test_cast_back_fp4_and_group_size_calls_take_the_checked_path(module_fake):
+    q, scale = _e4m3(4, 256), _f32(4, 2)
+    tileaot.cast_back(q, scale)
+    tileaot.cast_back(q, scale, group_size=128)  # narrows the layouts: left to the checked path
+    codes, exps = _u8(4, 128), _u8(4, 8)
+    tileaot.cast_back(codes, exps, group_size=32)
+    tileaot.cast_back(codes, exps, group_size=32)
+    assert len(module_fake.launches) == 4 and module_fake.calls == []
+
+
+def test_moe_reduce_short_path_never_allocates_past_int32(module_fake):
+    """The short path allocates `out` [T, H] before `_C.call` sees it: past 2**31 elements it
+    leaves the call to the checked path's ValueError instead of a huge allocation."""
+    tileaot.moe_reduce(t(4, 64), _i32(2, 1))
+    with pytest.raises(ValueError, match="2\\*\\*31"):
+        tileaot.moe_reduce(t(1, 1 << 16), _i32(1 << 16, 1))
+    assert module_fake.calls == []
+
+
+def test_moe_reduce_out_dtype_defaults_to_outs_then_y_sorteds(module_fake):
+    y, pos = t(20, 64), _i32(6, 2)
+    tileaot.moe_reduce(y, pos, out=_f32(6, 64))  # bf16 -> fp32, from out's dtype
+    tileaot.moe_reduce(y, pos, out=_f32(6, 64))
+    assert len(module_fake.launches) == 1 and len(module_fake.calls) == 1
+    assert tileaot.moe_reduce(y, pos).dtype == torch.bfloat16  # another key: checked path
+    assert len(module_fake.launches) == 2
+
+
+def test_transpose_short_path_only_for_3d_x_of_the_kernels_dtype(module_fake):
+    x2, x16 = t(5, 8), t(3, 5, 8, dtype=torch.int16)
+    for x in (x2, x2, x16, x16):  # 2-D: a view would be needed; int16 runs bf16's kernel
+        assert tileaot.transpose(x).shape[-2:] == (8, 5)
+    assert len(module_fake.launches) == 4 and module_fake.calls == []
+
+
+def test_engram_gate_short_path_keeps_return_gate_and_autograd(module_fake):
+    h, k, v, w_h, w_k = _engram_inputs()
+    tileaot.engram_gate(h, k, v, w_h, w_k)
+    y = t(4, 64)
+    assert tileaot.engram_gate(h, k, v, w_h, w_k, out=y) is y
+    out, gate = tileaot.engram_gate(h, k, v, w_h, w_k, return_gate=True)
+    assert len(module_fake.launches) == 1 and len(module_fake.calls) == 2
+    assert module_fake.calls[1][1][5:] == (out, gate) and gate.shape == (4,)
+    assert gate.dtype == torch.float32
+    w_h.requires_grad_(True)
+    tileaot.engram_gate(h, k, v, w_h, w_k)  # recorded by autograd: the checked path
+    assert len(module_fake.launches) == 2 and len(module_fake.calls) == 2
+    with torch.no_grad():  # not recorded: short again, as for inference with nn.Parameters
+        tileaot.engram_gate(h, k, v, torch.nn.Parameter(w_h.detach()), w_k)
+    assert len(module_fake.launches) == 2 and len(module_fake.calls) == 3
 
 
 def test_refused_short_path_falls_back_to_the_checked_path(module_fake, monkeypatch):

@@ -21,6 +21,7 @@ _FP4_MODULE = __name__.rpartition(".")[0] + "._cast_back_fp4"
 # out dtype -> key name: DLPack dtypes now, torch's added on first use (torch is imported lazily)
 _OUT_SHORT: dict[Any, str] = {_arrays.DTYPES["bfloat16"]: "bf16", _arrays.DTYPES["float32"]: "fp32"}
 _KEYS = {(o, lay): f"{o},{lay}" for o in ("bf16", "fp32") for lay in LAYOUTS}
+_WRITES_X = 0b100  # `_lib.fast`: tensors (q, scale, x), x written
 
 
 def cast_back(
@@ -95,7 +96,28 @@ def cast_back(
         >>> qb, sb = tileaot.per_block_cast_fp8(x)  # sb: [32, 56]
         >>> xb = tileaot.cast_back(qb, sb, out_dtype=torch.float32)  # layout block128
     """
-    if type(q) is not _arrays.Tensor and _arrays.foreign(q):
+    if (
+        type(q) is _arrays.Tensor
+        and type(scale) is _arrays.Tensor
+        and q.dtype is _arrays._torch.float8_e4m3fn  # packed FP4 (uint8) q: the checked path
+        and group_size is None
+        and (layout is None or type(layout) is str)
+        and (out_dtype is None or type(out_dtype) is type(q.dtype))
+        and q.dim() == 2 == scale.dim()
+        and q.shape[0] <= _ROWS_PER_LAUNCH
+    ):
+        m, n = q.shape
+        lay = layout
+        if lay is None:  # what `_layout` infers: the first of LAYOUTS that fits
+            s_rows, s_cols = scale.shape
+            lay = "block128"
+            if s_rows == m and (s_cols * GROUP == n or s_cols == 1):
+                lay = "g128" if s_cols * GROUP == n else "token"
+        dt = _arrays._torch.bfloat16 if out_dtype is None else out_dtype
+        x = q.new_empty(m, n, dtype=dt) if out is None else out
+        if _lib.fast((_OP, dt, lay), (q, scale, x), (), _WRITES_X):
+            return x
+    elif type(q) is not _arrays.Tensor and _arrays.foreign(q):
         return _arrays.call(cast_back, locals())
     fw = _arrays.namespace(q)
     _validate.require_tensor("q", q)
@@ -148,6 +170,8 @@ def cast_back(
             (rows, n, s_rows, s_cols, rows, n),
             (),
         )
+    if type(q) is _arrays.Tensor and m <= _ROWS_PER_LAUNCH:  # one launch over (q, scale, x)
+        _lib.learn((_OP, out_dtype, layout), handle)
     return x
 
 

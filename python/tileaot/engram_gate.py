@@ -13,6 +13,7 @@ _OP = "engram_gate"
 _DTYPES = ("bf16", "fp32")
 _INF = float("inf")
 _INPUTS = ("h", "k", "v", "w_h", "w_k")
+_WRITES_OUT_GATE = 0b1100000  # `_lib.fast`: tensors (h, k, v, w_h, w_k, out, gate)
 
 
 def engram_gate(
@@ -88,7 +89,22 @@ def engram_gate(
         >>> w_k = torch.ones(H, dtype=torch.bfloat16, device="cuda")
         >>> out, g = tileaot.engram_gate(h, k, v, w_h, w_k, return_gate=True)  # g: [16, 4]
     """
-    if type(h) is not _arrays.Tensor and _arrays.foreign(h):
+    if (
+        type(h) is _arrays.Tensor
+        and type(k) is _arrays.Tensor
+        and type(v) is _arrays.Tensor
+        and isinstance(w_h, _arrays.Tensor)  # nn.Parameters too
+        and isinstance(w_k, _arrays.Tensor)
+        and type(eps) is float
+        and 0.0 <= eps < _INF
+        and h.dim() == 2 == k.dim() == v.dim()
+        and w_h.dim() == 1 == w_k.dim()
+        and not _needs_autograd(h, k, v, w_h, w_k)  # recorded calls: the checked path
+    ):
+        pair = _fast(h, k, v, w_h, w_k, eps, out, return_gate)
+        if pair is not None:
+            return pair if return_gate else pair[0]
+    elif type(h) is not _arrays.Tensor and _arrays.foreign(h):
         return _arrays.call(engram_gate, locals())
     key = _validate.dtype_key("h", h, _DTYPES)
     for name, t in zip(_INPUTS[1:], (k, v, w_h, w_k), strict=True):
@@ -104,6 +120,21 @@ def engram_gate(
     else:
         result, gate = _forward(key, h, k, v, w_h, w_k, eps, out, return_gate)
     return (result, gate) if return_gate else result
+
+
+def _fast(h, k, v, w_h, w_k, eps, out, return_gate):
+    """The short path for plain 2-D torch tensors outside autograd: ``(out, gate)``, or None
+    if `_lib.fast` declined (the checked path then runs). `out` as `_forward` takes it."""
+    if out is None or type(out) is _arrays.Tensor:
+        y = h.new_empty(h.shape) if out is None else out
+        gate = h.new_empty(h.shape[0], dtype=_arrays._torch.float32)
+    elif return_gate and _arrays.plain_pair(out, 2):
+        y, gate = out
+    else:
+        return None
+    if _lib.fast((_OP, h.dtype), (h, k, v, w_h, w_k, y, gate), (eps,), _WRITES_OUT_GATE):
+        return y, gate
+    return None
 
 
 def _needs_autograd(*tensors: Any) -> bool:
@@ -164,8 +195,9 @@ def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
         gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
     if rows == 0:
         return y, gate
+    handle = _lib.handle(_OP, key)
     _lib.native().launch(
-        _lib.handle(_OP, key),
+        handle,
         device,
         _lib.current_stream(device),
         (h.data_ptr(), k.data_ptr(), v.data_ptr(), w_h.data_ptr(), w_k.data_ptr(), y.data_ptr(),
@@ -173,6 +205,8 @@ def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
         (rows, n, rows, n, rows, n, n, n, rows, n, rows),
         (eps,),
     )  # fmt: skip
+    if type(h) is _arrays.Tensor and h.dim() == 2:  # launched what `_fast` passes: these shapes
+        _lib.learn((_OP, h.dtype), handle)
     return y, gate
 
 

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 _OP = "moe_reduce"
 _SHORT = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "bfloat16": "bf16", "float32": "fp32"}
 _KEYS: dict[tuple[Any, Any, bool], str] = {}  # (y dtype, out dtype, weighted) -> dispatch key
+# `_lib.fast`: tensors (y_sorted, token_pos, out), or (y_sorted, token_pos, weights, out)
+_WRITES_OUT = {False: 0b100, True: 0b1000}
 
 
 def moe_reduce(
@@ -72,7 +74,18 @@ def moe_reduce(
         >>> ys = xs  # run the experts on xs here (a grouped GEMM over offsets)
         >>> y = tileaot.moe_reduce(ys, pos, probs)  # [4096, 7168] bf16, = x * probs.sum(-1)
     """
-    if type(y_sorted) is not _arrays.Tensor and _arrays.foreign(y_sorted):
+    if (
+        type(y_sorted) is _arrays.Tensor
+        and type(token_pos) is _arrays.Tensor
+        and (weights is None or type(weights) is _arrays.Tensor and weights.dim() == 2)
+        and (out_dtype is None or type(out_dtype) is type(y_sorted.dtype))
+        and (out is None or type(out) is _arrays.Tensor)
+        and y_sorted.dim() == 2 == token_pos.dim()
+    ):
+        result = _fast(y_sorted, token_pos, weights, out_dtype, out)
+        if result is not None:
+            return result
+    elif type(y_sorted) is not _arrays.Tensor and _arrays.foreign(y_sorted):
         return _arrays.call(moe_reduce, locals())
     fw = _arrays.namespace(y_sorted)
     floats = (fw.bfloat16, fw.float32)
@@ -130,10 +143,29 @@ def moe_reduce(
     else:
         ptrs = (y_sorted.data_ptr(), token_pos.data_ptr(), result.data_ptr())
         shapes = (p, h, t, k, t, h)
-    _lib.native().launch(
-        _lib.handle(_OP, key), device, _lib.current_stream(device), ptrs, shapes, ()
-    )
+    handle = _lib.handle(_OP, key)
+    _lib.native().launch(handle, device, _lib.current_stream(device), ptrs, shapes, ())
+    if type(y_sorted) is _arrays.Tensor:  # launched what `_fast` passes: these shapes
+        _lib.learn((_OP, y_dtype, out_dtype, weighted), handle)
     return result
+
+
+def _fast(y_sorted, token_pos, weights, out_dtype, out):
+    """The short path for plain torch tensors of the right ranks: the result, or None if
+    `_lib.fast` declined (the checked path then runs). `out_dtype` defaults as there."""
+    t, h = token_pos.shape[0], y_sorted.shape[1]
+    if out is None:
+        if t * h >= _validate.INT32_LIMIT:  # the checked path's error, not torch's OOM
+            return None
+        dt = y_sorted.dtype if out_dtype is None else out_dtype
+        out = y_sorted.new_empty(t, h, dtype=dt)
+    else:
+        dt = out.dtype if out_dtype is None else out_dtype
+    weighted = weights is not None
+    tensors = (y_sorted, token_pos, weights, out) if weighted else (y_sorted, token_pos, out)
+    if _lib.fast((_OP, y_sorted.dtype, dt, weighted), tensors, (), _WRITES_OUT[weighted]):
+        return out
+    return None
 
 
 def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:

@@ -15,6 +15,7 @@ BLOCK = 128  # the scale block: BLOCK x BLOCK elements of x share one scale
 # The kernel's grid has one row per 128-row block, and gridDim.y stops at 65535: taller inputs
 # are cut into launches of this many rows (a multiple of BLOCK, so blocks never straddle).
 _ROWS_PER_LAUNCH = 65535 * BLOCK
+_WRITES_Q_SCALE = 0b110  # `_lib.fast`: tensors (x, q, scale), q and scale written
 
 
 def per_block_cast_fp8(
@@ -66,7 +67,23 @@ def per_block_cast_fp8(
         >>> s = scale.repeat_interleave(128, 0).repeat_interleave(128, 1)
         >>> w_hat = q.float() * s  # ≈ w, within e4m3 rounding
     """
-    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+    if (
+        type(x) is _arrays.Tensor
+        and x.dim() == 2
+        and x.shape[0] <= _ROWS_PER_LAUNCH
+        and _arrays.plain_pair(out, 2)
+    ):
+        pair = out
+        if pair is None:
+            m, n = x.shape
+            torch = _arrays._torch
+            pair = (
+                x.new_empty(m, n, dtype=torch.float8_e4m3fn),
+                x.new_empty(-(-m // BLOCK), -(-n // BLOCK), dtype=torch.float32),
+            )
+        if _lib.fast((_OP, x.dtype), (x, *pair), (), _WRITES_Q_SCALE):
+            return pair
+    elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(per_block_cast_fp8, locals())
     fw = _arrays.namespace(x)
     dtype = _validate.dtype_key("x", x, _DTYPES)
@@ -101,6 +118,8 @@ def per_block_cast_fp8(
             (rows, n, rows, n, -(-rows // BLOCK), bn),
             (),
         )
+    if type(x) is _arrays.Tensor and m <= _ROWS_PER_LAUNCH:  # one launch over (x, q, scale)
+        _lib.learn((_OP, x.dtype), handle)
     return q, scale
 
 

@@ -72,7 +72,7 @@ def per_token_cast_fp8(
     if (
         type(x) is _arrays.Tensor
         and (group_size is None or type(group_size) is int)
-        and (out is None or type(out) is tuple)
+        and _arrays.plain_pair(out, 2)
         and x.dim() == 2
         and x.shape[0] <= _ROWS_PER_LAUNCH
     ):

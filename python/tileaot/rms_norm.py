@@ -62,7 +62,14 @@ def rms_norm(
         >>> ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6))
         >>> torch.testing.assert_close(y, (ref * w.float()).bfloat16())
     """
-    if type(x) is _arrays.Tensor and type(eps) is float and 0.0 <= eps < _INF and x.dim() == 2:
+    if (
+        type(x) is _arrays.Tensor
+        and isinstance(weight, _arrays.Tensor)  # an nn.Parameter too
+        and type(eps) is float
+        and 0.0 <= eps < _INF
+        and x.dim() == 2
+        and weight.dim() == 1  # `_C.call` counts all dims together: y's rank follows
+    ):
         y = x.new_empty(x.shape) if out is None else out
         if _lib.fast((_OP, x.dtype), (x, weight, y), (eps,), _WRITES_Y):
             return y

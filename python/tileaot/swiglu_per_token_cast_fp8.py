@@ -17,6 +17,11 @@ GROUP = 128  # columns of q per scale
 _INF = float("inf")  # the kernel's "no clamp" limit
 _FLT_MAX = 3.4028234663852886e38
 _CLAMP_MIN = 2.0**-126  # smallest normal float32: the limit must not round to 0
+# `_lib.fast`: tensors (x, weights, q, scale), q and scale written. Only calls with weights
+# take it: without, the kernel's weights slot gets x's pointer as an [M] tensor (not a view
+# the short path can pass).
+_FAST_KEY = (_OP, "weights")
+_WRITES_Q_SCALE = 0b1100
 
 
 def swiglu_per_token_cast_fp8(
@@ -84,7 +89,26 @@ def swiglu_per_token_cast_fp8(
         >>> q, scale = tileaot.swiglu_per_token_cast_fp8(x, w, clamp=7.0)  # scale: [64, 16]
         >>> a_hat = (q.float().view(64, 16, 128) * scale[:, :, None]).view(64, 2048)
     """
-    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+    if (
+        type(x) is _arrays.Tensor
+        and type(weights) is _arrays.Tensor
+        and (clamp is None or type(clamp) is float and _CLAMP_MIN <= clamp <= _FLT_MAX)
+        and x.dim() == 2
+        and weights.dim() == 1
+        and _arrays.plain_pair(out, 2)
+    ):
+        pair = out
+        if pair is None:
+            m, h = x.shape[0], x.shape[1] >> 1
+            torch = _arrays._torch
+            pair = (
+                x.new_empty(m, h, dtype=torch.float8_e4m3fn),
+                x.new_empty(m, h // GROUP, dtype=torch.float32),
+            )
+        limit = _INF if clamp is None else clamp
+        if _lib.fast(_FAST_KEY, (x, weights, *pair), (limit, 1.0), _WRITES_Q_SCALE):
+            return pair
+    elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(swiglu_per_token_cast_fp8, locals())
     fw = _arrays.namespace(x)
     _validate.dtype_key("x", x, (_KEY,))
@@ -126,14 +150,17 @@ def swiglu_per_token_cast_fp8(
         return q, scale
     # Without weights the kernel never reads its weights pointer (flag 0): pass x's.
     w_ptr = x.data_ptr() if weights is None else weights.data_ptr()
+    handle = _lib.handle(_OP, _KEY)
     _lib.native().launch(
-        _lib.handle(_OP, _KEY),
+        handle,
         device,
         _lib.current_stream(device),
         (x.data_ptr(), w_ptr, q.data_ptr(), scale.data_ptr()),
         (m, n2, m, m, h, m, groups),
         (limit, 0.0 if weights is None else 1.0),
     )
+    if type(x) is _arrays.Tensor and weights is not None:  # launched (x, weights, q, scale)
+        _lib.learn(_FAST_KEY, handle)
     return q, scale
 
 

@@ -90,7 +90,7 @@ def topk_gate(
         and scores.dim() == 2
         and 0 < k <= min(MAX_K, scores.shape[1])
         and scores.shape[1] <= MAX_EXPERTS
-        and (out is None or type(out) is tuple)
+        and _arrays.plain_pair(out, 2)
     ):
         pair = out
         if pair is None:

@@ -29,6 +29,10 @@ _KEYS: dict[Any, str] = {_arrays.DTYPES[n]: k for n, k in _KEY_BY_DTYPE_NAME.ite
 # gridDim.z (one z per batch matrix) stops at 65535; larger batches go in chunks of this many
 # matrices, a multiple of 16 so every chunk's base address stays 16-byte aligned.
 _BATCH_CHUNK = 65520
+# The dtype each key's kernel is registered with: `_C.call` checks it exactly, so only tensors
+# of these dtypes are taught to `_lib.fast` (an int16 tensor runs bf16's kernel via `launch`).
+_NATIVE_DTYPE = {"e4m3": "float8_e4m3fn", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+_WRITES_Y = 0b10  # `_lib.fast`: tensors (x, y) of a 3-D x, y written
 
 
 def _key(x: Any) -> str:
@@ -83,7 +87,12 @@ def transpose(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tens
         >>> y = tileaot.transpose(x)  # [7168, 32768]
         >>> assert torch.equal(y, x.t().contiguous())
     """
-    if type(x) is not _arrays.Tensor and _arrays.foreign(x):
+    if type(x) is _arrays.Tensor and x.dim() == 3 and x.shape[0] <= _BATCH_CHUNK:
+        # Only a 3-D x is the kernel's [B, R, C] itself; a 2-D one would need a view.
+        y = x.new_empty(x.shape[0], x.shape[2], x.shape[1]) if out is None else out
+        if _lib.fast((_OP, x.dtype), (x, y), (), _WRITES_Y):
+            return y
+    elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(transpose, locals())
     _validate.require_tensor("x", x)
     key = _key(x)
@@ -112,6 +121,13 @@ def transpose(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tens
         native.launch(
             handle, device, stream, (x_ptr + i * step, y_ptr + i * step), (nb, r, c, nb, c, r), ()
         )
+    if (
+        type(x) is _arrays.Tensor
+        and len(shape) == 3
+        and b <= _BATCH_CHUNK
+        and str(x.dtype) == "torch." + _NATIVE_DTYPE[key]
+    ):  # one launch over exactly (x, y), whose dtype `_C.call` accepts for this key
+        _lib.learn((_OP, x.dtype), handle)
     return y
 
 
