@@ -353,22 +353,7 @@ def as_dtype(value: Any) -> Any:
 _local = threading.local()  # .stream: set by `use_stream` in this thread
 
 
-class _StreamScope:
-    """The context manager `use_stream` returns (re-entrant per thread, restores on exit)."""
-
-    def __init__(self, stream: int | None) -> None:
-        self._stream = stream
-        self._saved: list[int | None] = []
-
-    def __enter__(self) -> None:
-        self._saved.append(getattr(_local, "stream", None))
-        _local.stream = self._stream
-
-    def __exit__(self, *exc: object) -> None:
-        _local.stream = self._saved.pop()
-
-
-def use_stream(stream: Any) -> _StreamScope:
+def use_stream(stream: Any) -> _lib.StreamScope:
     """Run ops on non-torch (DLPack) arrays on `stream`, in this thread, in a with-block.
 
     Every op also takes CUDA arrays of frameworks other than torch that export DLPack
@@ -392,7 +377,7 @@ def use_stream(stream: Any) -> _StreamScope:
         >>> with tileaot.use_stream(s):
         ...     y = tileaot.rms_norm(x, w)  # x, w: CuPy arrays; y: a CuPy array
     """
-    return _StreamScope(None if stream is None else _stream_handle(stream))
+    return _lib.StreamScope(_local, None if stream is None else _stream_handle(stream))
 
 
 def _stream_handle(stream: Any) -> int:

@@ -124,22 +124,28 @@ def _override_or_torch(device: int) -> int:
     return _torch_stream(device) if stream is None else stream
 
 
-class stream_override:  # noqa: N801  (used like a function: `with stream_override(s):`)
-    """Make `current_stream` return `stream` in this thread, for the with-block (re-entrant)."""
+class StreamScope:
+    """``holder.stream = stream`` in this thread for a with-block, restored on exit (nestable,
+    re-entrant): `stream_override` here and `tileaot.use_stream` both return one."""
 
-    def __init__(self, stream: int) -> None:
-        self._stream = stream
-        self._saved: int | None = None
+    def __init__(self, holder: threading.local, stream: int | None) -> None:
+        self._holder, self._stream = holder, stream
+        self._saved: list[int | None] = []
 
     def __enter__(self) -> None:
-        global current_stream
-        if current_stream is not _override_or_torch:
-            current_stream = _override_or_torch  # once per process (or after a test's stub)
-        self._saved = getattr(_override, "stream", None)
-        _override.stream = self._stream
+        self._saved.append(getattr(self._holder, "stream", None))
+        self._holder.stream = self._stream
 
     def __exit__(self, *exc: object) -> None:
-        _override.stream = self._saved
+        self._holder.stream = self._saved.pop()
+
+
+def stream_override(stream: int) -> StreamScope:
+    """Make `current_stream` return `stream` in this thread, for the with-block."""
+    global current_stream
+    if current_stream is not _override_or_torch:
+        current_stream = _override_or_torch  # once per process (or after a test's stub)
+    return StreamScope(_override, stream)
 
 
 def version() -> str:
