@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "driver.h"
@@ -27,6 +28,22 @@ struct DriverFailure {
   const char* call = nullptr;
   CUresult status = kCudaSuccess;
   std::string detail;
+};
+
+// Keeps the first failing driver call of one launch: the CUDA and HIP launchers derive from it.
+class FirstFailure {
+ public:
+  // The first driver call that failed during this launch (call == nullptr if none).
+  const DriverFailure& failure() const { return failure_; }
+
+ protected:
+  // Keeps (call, status, detail) unless a failure is kept already; returns `status`.
+  int fail(const char* call, int status, std::string detail) {
+    if (failure_.call == nullptr) failure_ = {call, status, std::move(detail)};
+    return status;
+  }
+
+  DriverFailure failure_;
 };
 
 struct KernelSlot {

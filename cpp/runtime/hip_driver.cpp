@@ -153,11 +153,6 @@ int hip_launch_row(const HipDriver& hip, int32_t row, HipStream stream, const Ca
   return TILEAOT_ERROR_DRIVER;
 }
 
-int HipLauncher::fail(const char* call, HipError status, std::string detail) {
-  if (failure_.call == nullptr) failure_ = {call, status, std::move(detail)};
-  return status;
-}
-
 int HipLauncher::launch(int kernel, const LaunchDims& dims, void** args, uint32_t flags,
                         const uint32_t cluster[3]) {
   if (kernel < 0 || kernel >= kernels_.n) {

@@ -70,7 +70,7 @@ int hip_launch_row(const HipDriver& hip, int32_t row, HipStream stream, const Ca
 // allows overlap); cooperative and cluster launches and TMA descriptors are NVIDIA-only here:
 // TileLang's HIP lowering never asks for them, and a row that does fails with
 // hipErrorNotSupported instead of launching wrongly.
-class HipLauncher final : public Launcher {
+class HipLauncher final : public Launcher, public FirstFailure {
  public:
   HipLauncher(const HipDriver& hip, const Variant& variant, const HipKernels& kernels,
               HipStream stream)
@@ -82,16 +82,11 @@ class HipLauncher final : public Launcher {
                    const uint64_t* strides, const uint32_t* box, const uint32_t* elem_strides,
                    int interleave, int swizzle, int l2_promotion, int oob_fill) override;
 
-  const DriverFailure& failure() const { return failure_; }
-
  private:
-  int fail(const char* call, HipError status, std::string detail);
-
   const HipDriver& hip_;
   const Variant& variant_;
   const HipKernels& kernels_;
   HipStream stream_;
-  DriverFailure failure_;
 };
 
 }  // namespace tileaot::detail

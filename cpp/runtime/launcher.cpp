@@ -46,11 +46,6 @@ unsigned int launch_attributes(uint32_t flags, const uint32_t cluster[3],
 
 }  // namespace
 
-int DriverLauncher::fail(const char* call, CUresult status, std::string detail) {
-  if (failure_.call == nullptr) failure_ = {call, status, std::move(detail)};
-  return status;
-}
-
 int DriverLauncher::launch(int kernel, const LaunchDims& dims, void** args, uint32_t flags,
                            const uint32_t cluster[3]) {
   if (kernel < 0 || kernel >= resolved_.n_kernels) {

@@ -7,7 +7,7 @@
 
 namespace tileaot::detail {
 
-class DriverLauncher final : public Launcher {
+class DriverLauncher final : public Launcher, public FirstFailure {
  public:
   DriverLauncher(const Driver& d, DeviceState& dev, const Variant& variant,
                  const ResolvedVariant& resolved, CUstream stream)
@@ -19,18 +19,12 @@ class DriverLauncher final : public Launcher {
                    const uint64_t* strides, const uint32_t* box, const uint32_t* elem_strides,
                    int interleave, int swizzle, int l2_promotion, int oob_fill) override;
 
-  // The first driver call that failed during this launch (call == nullptr if none).
-  const DriverFailure& failure() const { return failure_; }
-
  private:
-  int fail(const char* call, CUresult status, std::string detail);
-
   const Driver& d_;
   DeviceState& dev_;
   const Variant& variant_;
   const ResolvedVariant& resolved_;
   CUstream stream_;
-  DriverFailure failure_;
 };
 
 }  // namespace tileaot::detail
