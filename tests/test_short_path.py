@@ -241,6 +241,14 @@ def test_rms_norm_short_path_takes_a_parameter_weight(module_fake):
     assert len(module_fake.launches) == 1 and module_fake.calls[0][1][1] is w
 
 
+def test_gemm_short_path_takes_a_parameter_weight(module_fake):
+    a, b = t(9, 64), torch.nn.Parameter(t(32, 64), requires_grad=False)
+    tileaot.gemm(a, b)
+    c = tileaot.gemm(a, b)
+    assert len(module_fake.launches) == 1 and module_fake.calls[0][1][1] is b
+    assert c.shape == (9, 32)
+
+
 def test_swiglu_per_token_cast_fp8_without_weights_is_never_short(module_fake):
     """Without weights the launch passes x's pointer as the [M] weights: no tensor the short
     path could pass, so such a call neither takes the short path nor teaches it."""

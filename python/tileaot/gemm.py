@@ -54,7 +54,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -
         >>> c = tileaot.gemm(a, w)  # [512, 256], like torch.nn.functional.linear(a, w)
         >>> torch.testing.assert_close(c, a @ w.T, rtol=1e-2, atol=1e-1)
     """
-    if type(a) is _arrays.Tensor and type(b) is _arrays.Tensor and a.dim() == 2 == b.dim():
+    if (
+        type(a) is _arrays.Tensor
+        and isinstance(b, _arrays.Tensor)  # an nn.Linear weight (nn.Parameter) too
+        and a.dim() == 2 == b.dim()
+    ):
         c = a.new_empty(a.shape[0], b.shape[0]) if out is None else out
         if _lib.fast((_OP, a.dtype), (a, b, c), (), _WRITES_C):
             return c
