@@ -303,3 +303,24 @@ def test_short_path_of_each_op_computes_what_the_checked_path_did(monkeypatch, c
         torch.cuda.synchronize()
     for a, b in zip(_bits(first), _bits(second), strict=True):
         assert a.data_ptr() != b.data_ptr() and torch.equal(a, b), case
+
+
+def test_gemm_short_path_with_a_parameter_weight(monkeypatch):
+    """An nn.Linear weight (nn.Parameter) goes through `_C.call` too: same bits as the
+    checked path's first call."""
+    import tileaot
+    from tileaot import _lib
+
+    a = _randn((33, 512), torch.bfloat16)
+    b = torch.nn.Parameter(_randn((256, 512), torch.bfloat16), requires_grad=False)
+    first = tileaot.gemm(a, b)
+
+    def no_checked_path():
+        raise AssertionError("took the checked path")
+
+    with monkeypatch.context() as m:
+        m.setattr(_lib, "native", no_checked_path)
+        c = torch.full_like(first, float("nan"))
+        assert tileaot.gemm(a, b, out=c) is c
+        torch.cuda.synchronize()
+    assert torch.equal(c, first)
