@@ -97,23 +97,33 @@ def _forward64(h, k, v, w_h, w_k):
     return _reference_module().reference(h, k, v, w_h, w_k, EPS)
 
 
-def _grads64(go, *inputs):
-    leaves = [x.double().requires_grad_() for x in inputs]
+def _grads64(go, *inputs, dtype=torch.float64):
+    leaves = [x.to(dtype).requires_grad_() for x in inputs]
     out, _ = _forward64(*leaves)
-    return torch.autograd.grad(out, leaves, go.double())
+    return torch.autograd.grad(out, leaves, go.to(dtype))
 
 
-def _check_grads(got, want, key, name):
+def _normwise(got, want) -> float:
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+def _check_grads(got, want, key, name, fp32=None):
+    """Normwise relative error of each grad below GRAD_TOL[key] — or, given `fp32` (the same
+    grads by torch autograd in float32), below 4x that evaluation's own error: with a few rows
+    the grads hang on per-row dot products over H whose float32 cancellation can exceed 1e-5
+    for some inputs, and no float32 kernel can beat the problem's conditioning."""
     tol = GRAD_TOL[key]
-    for label, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
+    refs = fp32 if fp32 is not None else (None,) * len(want)
+    for label, gt, w, r in zip(("h", "k", "v", "w_h", "w_k"), got, want, refs, strict=True):
         assert not torch.isnan(gt).any(), f"{name}: grad_{label} has NaN (unwritten?)"
-        err = ((gt.double() - w).norm() / w.norm()).item()
-        assert err < tol, f"{name}: grad_{label} normwise relative error {err:.2e} >= {tol}"
+        bound = tol if r is None else max(tol, 4 * _normwise(r, w))
+        err = _normwise(gt, w)
+        assert err < bound, f"{name}: grad_{label} normwise relative error {err:.2e} >= {bound}"
         torch.testing.assert_close(
             gt.double(),
             w,
-            rtol=10 * tol,
-            atol=10 * tol * w.abs().max().item(),
+            rtol=10 * bound,
+            atol=10 * bound * w.abs().max().item(),
             msg=lambda m, label=label: f"{name}: grad_{label}: {m}",
         )
 
@@ -155,7 +165,8 @@ def test_backward(key, shape):
 
     dtype = DTYPES[key]
     h, k, v, w_h, w_k = _inputs(shape, dtype, seed=7 * sum(shape))
-    go = torch.randn(shape, device="cuda").to(dtype)
+    g = torch.Generator(device="cuda").manual_seed(11 * sum(shape))  # not the test order's RNG
+    go = torch.randn(shape, device="cuda", generator=g).to(dtype)
     n = shape[-1]
     rows = h.numel() // n
     flat = [(rows, n)] * 4 + [(n,)] * 2 + [(rows, n)] * 3 + [(n,)] * 2
@@ -165,7 +176,9 @@ def test_backward(key, shape):
     got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, out=out)
     torch.cuda.synchronize()
     assert all(a is b for a, b in zip(got, out, strict=True))
-    _check_grads(got, _grads64(go, h, k, v, w_h, w_k), key, name)
+    inputs = (go, h, k, v, w_h, w_k)
+    fp32 = _grads64(*inputs, dtype=torch.float32) if key == "fp32" else None
+    _check_grads(got, _grads64(*inputs), key, name, fp32)
 
 
 @pytest.mark.parametrize("key", ["bf16", "fp32"])
