@@ -189,48 +189,49 @@ int64_t check_tensor(int32_t handle, int32_t i, const DLTensor& t, int32_t* devi
   const char* name = "";
   uint32_t want = 0;
   tileaot_tensor_param(handle, i, &name, &want);
-  const std::string who = std::string(tileaot_variant_field(handle, "op")) + ": " + name;
+  // "op: name", for the messages only: built when a check fails, not on every call.
+  const auto who = [&] { return std::string(tileaot_variant_field(handle, "op")) + ": " + name; };
   // Each tensor its own rank: concatenated shapes of the right total length can still match
   // the variant's pattern with dims moved between tensors (a 1-D out read as [M, N]).
   const int32_t ndim = tileaot_tensor_ndim(handle, i);
   if (t.ndim != ndim) {
-    throw nb::value_error((who + " has " + std::to_string(t.ndim) + " dims (shape " +
+    throw nb::value_error((who() + " has " + std::to_string(t.ndim) + " dims (shape " +
                            shape_text(t) + "); this kernel takes " + std::to_string(ndim))
                               .c_str());
   }
   const uint32_t got = t.dtype.code | uint32_t(t.dtype.bits) << 8 | uint32_t(t.dtype.lanes) << 16;
   if (got != want) {
-    throw nb::type_error(
-        (who + " has dtype " + dtype_name(got) + "; expected " + dtype_name(want) + " for this key")
-            .c_str());
+    throw nb::type_error((who() + " has dtype " + dtype_name(got) + "; expected " +
+                          dtype_name(want) + " for this key")
+                             .c_str());
   }
   if (t.device.device_type != kDLCUDA) {
-    throw nb::value_error((who + " is not in CUDA memory (DLPack device type " +
+    throw nb::value_error((who() + " is not in CUDA memory (DLPack device type " +
                            std::to_string(t.device.device_type) + "); move it with .cuda()")
                               .c_str());
   }
   if (*device < 0) *device = t.device.device_id;
   if (t.device.device_id != *device) {
-    throw nb::value_error((who + " is on cuda:" + std::to_string(t.device.device_id) +
+    throw nb::value_error((who() + " is on cuda:" + std::to_string(t.device.device_id) +
                            ", the first tensor on cuda:" + std::to_string(*device))
                               .c_str());
   }
   if (!is_row_major(t)) {
-    throw nb::value_error((who + " is not contiguous; call .contiguous() on it first").c_str());
+    throw nb::value_error((who() + " is not contiguous; call .contiguous() on it first").c_str());
   }
   int64_t numel = 1;  // dims < 2**31 keep the product below 2**62: no overflow
   for (int32_t d = 0; d < t.ndim && numel < kInt32Limit; ++d) {
     numel = t.shape[d] >= kInt32Limit ? kInt32Limit : numel * t.shape[d];
   }
   if (numel >= kInt32Limit) {
-    throw nb::value_error((who + " has shape " + shape_text(t) +
+    throw nb::value_error((who() + " has shape " + shape_text(t) +
                            ": dimensions and element count must stay below 2**31")
                               .c_str());
   }
   const uintptr_t address = reinterpret_cast<uintptr_t>(t.data) + t.byte_offset;
   if (numel > 0 && address % kAlign != 0) {
     throw nb::value_error(
-        (who + " is not 16-byte aligned (a view at an offset?); .clone() it").c_str());
+        (who() + " is not 16-byte aligned (a view at an offset?); .clone() it").c_str());
   }
   return numel;
 }
