@@ -274,10 +274,8 @@ def plain_pair(out: Any, ndim: int) -> bool:
     """The ops' short-path guard on ``out=``: None, or a tuple of two whose first item is a
     plain torch tensor with `ndim` dims.
 
-    `_C.call` checks the total number of dims of its tensors, not each one's: with the inputs'
-    ranks fixed by the op's own guards, fixing the first output's fixes the second's. Without
-    that, a 1-D ``q`` next to a 3-D ``scale`` could match the kernel's shape pattern and be
-    written past its end.
+    `_C.call` checks every tensor's rank as well; this cheap check sends a misranked ``out``
+    straight to the checked path and its precise message.
     """
     return out is None or (
         type(out) is tuple and len(out) == 2 and type(out[0]) is Tensor and out[0].dim() == ndim

@@ -68,7 +68,7 @@ def rms_norm(
         and type(eps) is float
         and 0.0 <= eps < _INF
         and x.dim() == 2
-        and weight.dim() == 1  # `_C.call` counts all dims together: y's rank follows
+        and weight.dim() == 1  # `_C.call` checks ranks too; y's follows from x's and weight's
     ):
         y = x.new_empty(x.shape) if out is None else out
         if _lib.fast((_OP, x.dtype), (x, weight, y), (eps,), _WRITES_Y):
