@@ -2,7 +2,8 @@
 
 Every key (bf16, fp32) x every variant: the static H (2048, 4096, 7168, with 1 to ~4 rows per
 backward block) and generic H (1000 and 4100: 16-byte vector path for fp32 / bf16 as they
-divide; 7 and 129: the scalar path), 2-D and 3-D ([T, G, H]) inputs. Inputs are random, never
+divide; 7 and 129: the scalar path), 2-D and 3-D ([T, G, H]) inputs, and v shared by the G
+rows of a token ([T, 1, H]). Inputs are random, never
 zeros; rows whose scaled dot |s| < 0.25 are redrawn (the gate's slope there is ~1/sqrt|s| and
 amplifies float32 rounding; s = 0 has a test of its own). Outputs are poisoned with NaN before
 each call, so an unwritten element fails.
@@ -214,21 +215,82 @@ def test_backward_is_deterministic(key):
         assert torch.equal(a, b)
 
 
-def test_autograd_matches_the_backward_op():
+@pytest.mark.parametrize("shared", [False, True], ids=["v", "shared_v"])
+def test_autograd_matches_the_backward_op(shared):
     import tileaot
 
-    h, k, v, w_h, w_k = _inputs((16, 4, 7168), torch.bfloat16, seed=2)
+    make = _shared_inputs if shared else _inputs
+    h, k, v, w_h, w_k = make((16, 4, 7168), torch.bfloat16, seed=2)
     leaves = [x.clone().requires_grad_() for x in (h, k, v, w_h, w_k)]
     out = tileaot.engram_gate(*leaves, EPS)
     go = torch.randn_like(out)
     out.backward(go)
     want = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
+    assert leaves[2].grad.shape == v.shape
     for leaf, w in zip(leaves, want, strict=True):
         assert torch.equal(leaf.grad, w)
     # An expanded (stride-0) incoming gradient goes through too.
     out = tileaot.engram_gate(*leaves, EPS)
     out.float().sum().backward()
     assert all(torch.isfinite(x.grad).all() for x in leaves)
+
+
+# [T, G, H] h with v [T, 1, H] (one value row per token, shared by its G rows).
+SHARED_SHAPES = [(1, 4, 7168), (7, 4, 7168), (4001, 4, 7168), (8001, 2, 2048), (33, 4, 1000),
+                 (5, 3, 129)]  # fmt: skip
+
+
+def _shared_inputs(shape, dtype, seed):
+    h, k, v, w_h, w_k = _inputs(shape, dtype, seed)
+    return h, k, v[:, :1].contiguous(), w_h, w_k
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHARED_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_forward_shared_value(key, shape):
+    """Against float64 torch broadcasting, and bit for bit against the same call with v
+    expanded to h's shape (the kernel reads the same value row either way)."""
+    import tileaot
+
+    h, k, v, w_h, w_k = _shared_inputs(shape, DTYPES[key], seed=3 * sum(shape))
+    out = torch.full_like(h, float("nan"))
+    g = torch.full(shape[:-1], float("nan"), device="cuda")
+    tileaot.engram_gate(h, k, v, w_h, w_k, EPS, return_gate=True, out=(out, g))
+    full, full_g = tileaot.engram_gate(
+        h, k, v.expand_as(h).contiguous(), w_h, w_k, EPS, return_gate=True
+    )
+    torch.cuda.synchronize()
+    assert torch.equal(out, full) and torch.equal(g, full_g)
+    want, want_g = _forward64(*(x.double() for x in (h, k, v, w_h, w_k)))
+    rtol, atol = OUT_TOL[key]
+    torch.testing.assert_close(out.double(), want, rtol=rtol, atol=atol)
+    torch.testing.assert_close(g.double(), want_g, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHARED_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_backward_shared_value(key, shape):
+    """grad_v of a shared v is [T, 1, H]: the float32 sum of the rows' terms of the expanded
+    call, rounded once; the other gradients equal the expanded call's bit for bit; all within
+    tolerance of float64 autograd."""
+    import tileaot
+
+    dtype = DTYPES[key]
+    h, k, v, w_h, w_k = _shared_inputs(shape, dtype, seed=5 * sum(shape))
+    gen = torch.Generator(device="cuda").manual_seed(13 * sum(shape))
+    go = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    out = tuple(torch.full_like(x, float("nan")) for x in (h, h, v, w_h, w_k))
+    got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, out=out)
+    full = tileaot.engram_gate_backward(go, h, k, v.expand_as(h).contiguous(), w_h, w_k, EPS)
+    torch.cuda.synchronize()
+    assert all(a is b for a, b in zip(got, out, strict=True))
+    assert got[2].shape == v.shape
+    for i in (0, 1, 3, 4):
+        assert torch.equal(got[i], full[i])
+    assert torch.equal(got[2], full[2].float().sum(-2, keepdim=True).to(dtype))
+    inputs = (go, h, k, v, w_h, w_k)
+    fp32 = _grads64(*inputs, dtype=torch.float32) if key == "fp32" else None
+    _check_grads(got, _grads64(*inputs), key, f"shared v {key} {shape}", fp32)
 
 
 def test_launch_is_ordered_on_the_callers_stream():

@@ -90,6 +90,25 @@ BAD_CALLS = [
     ),
     ("f-h-strided", lambda: gate(*with_(0, t(64, 4).t(), 4, 64)), ValueError, r"h is not contig"),
     (
+        "f-v-shared-wrong-rows",
+        lambda: gate(*with_(2, t(2, 2, 64), 2, 4, 64)),
+        ValueError,
+        r"v must have the shape of h \(2, 4, 64\) or \(2, 1, 64\) \(one row shared by the 4 "
+        r"rows of h\.shape\[-2\]\); got \(2, 2, 64\)",
+    ),
+    (
+        "f-v-flat-token-rows",  # [T, H] does not broadcast against [T, G, H]
+        lambda: gate(*with_(2, t(2, 64), 2, 4, 64)),
+        ValueError,
+        r"v must have the shape of h \(2, 4, 64\) or \(2, 1, 64\)",
+    ),
+    (
+        "f-v-1d-h",
+        lambda: gate(*with_(2, t(1), 64)),
+        ValueError,
+        r"v must have the shape of h \(64,\); got \(1,\)",
+    ),
+    (
         "f-v-misaligned",
         lambda: gate(*with_(2, misaligned(4, 64), 4, 64)),
         ValueError,
@@ -197,6 +216,16 @@ BAD_CALLS = [
     ),
     ("b-g-list", lambda: gate_bwd(t(4, 64), *ins(4, 64), 1e-6, [0.5]), TypeError, r"g must be a"),
     (
+        "b-out-shared-v-grad-shape",
+        lambda: gate_bwd(
+            t(2, 4, 64),
+            *with_(2, t(2, 1, 64), 2, 4, 64),
+            out=(t(2, 4, 64), t(2, 4, 64), t(2, 4, 64), t(64), t(64)),
+        ),
+        ValueError,
+        r"out\[2\] \(grad_v\) has shape \(2, 4, 64\); this call writes \(2, 1, 64\)",
+    ),  # fmt: skip
+    (
         "b-out-len",
         lambda: gate_bwd(t(4, 64), *ins(4, 64), out=(t(4, 64),) * 3),
         TypeError,
@@ -273,6 +302,17 @@ def test_forward_launch_arguments(fake, cpu_as_cuda, shape, key):
     assert fake.launches == [Launch(1001, 0, STREAM, ptrs, shapes, (1e-5,))]
 
 
+@pytest.mark.parametrize(("shape", "v_shape"), [((3, 4, 64), (3, 1, 64)), ((5, 64), (1, 64))])
+def test_forward_shared_value_passes_its_rows(fake, cpu_as_cuda, shape, v_shape):
+    h, k, _, w_h, w_k = ins(*shape)
+    v = t(*v_shape)
+    out = gate(h, k, v, w_h, w_k)
+    assert out.shape == h.shape
+    m, n, mv = h.numel() // shape[-1], shape[-1], v.numel() // shape[-1]
+    assert fake.launches[0].ptrs[2] == v.data_ptr()
+    assert fake.launches[0].shapes == (m, n, m, n, mv, n, n, n, m, n, m)
+
+
 def test_forward_out_and_default_return(fake, cpu_as_cuda):
     x = ins(2, 3, 128)
     y = t(2, 3, 128)
@@ -332,6 +372,44 @@ def test_backward_launch_arguments(fake, cpu_as_cuda, shape, key, blocks, monkey
     ptrs = tuple(a.data_ptr() for a in (go, *x, *grads, partial))
     flat = (m, n, m, n, m, n, m, n, n, n, m, n, m, n, m, n, n, n, blocks, n)
     assert fake.launches == [Launch(1001, 0, STREAM, ptrs, flat, (1e-5,))]
+
+
+def test_backward_shared_value_sums_each_tokens_row_terms(fake, cpu_as_cuda, monkeypatch):
+    """The kernel writes one grad_v term per row of h into an h-shaped scratch; grad_v of a
+    shared v ([T, 1, H]) is their float32 sum over each token's rows, rounded once."""
+    made = []
+    real_empty_like = torch.empty_like
+
+    def empty_like(x, *args, **kwargs):
+        made.append(real_empty_like(x, *args, **kwargs))
+        return made[-1]
+
+    terms = torch.randn(3, 4, 64).to(BF16)  # what the kernel writes, one row per row of h
+    real_launch = fake.launch
+
+    def launch(handle, device, stream, ptrs, shapes, scalars):
+        real_launch(handle, device, stream, ptrs, shapes, scalars)
+        (scratch,) = (x for x in made if x.data_ptr() == ptrs[8])
+        scratch.copy_(terms)
+
+    monkeypatch.setattr(torch, "empty_like", empty_like)
+    monkeypatch.setattr(fake, "launch", launch)
+    h, k, _, w_h, w_k = ins(3, 4, 64)
+    v, go = t(3, 1, 64), t(3, 4, 64)
+    grads = gate_bwd(go, h, k, v, w_h, w_k)
+    assert grads[2].shape == v.shape and grads[2].dtype == BF16
+    assert torch.equal(grads[2], terms.float().sum(1, keepdim=True).to(BF16))
+    assert [g.shape for g in grads[:2]] == [h.shape] * 2
+    launch_args = fake.launches[0]
+    assert launch_args.ptrs[3] == v.data_ptr()
+    assert launch_args.ptrs[8] not in (g.data_ptr() for g in grads)  # the scratch
+    assert launch_args.shapes[6:8] == (3, 64)  # v's rows
+
+
+def test_backward_shared_value_without_rows_zeroes_grad_v(fake, cpu_as_cuda):
+    grads = gate_bwd(t(3, 0, 64), *with_(2, t(3, 1, 64), 3, 0, 64))
+    assert torch.equal(grads[2], torch.zeros(3, 1, 64, dtype=BF16))
+    assert fake.launches == []
 
 
 def test_backward_out(fake, cpu_as_cuda):

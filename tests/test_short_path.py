@@ -371,3 +371,16 @@ def test_learn_ignores_fakes_that_are_not_modules(monkeypatch):
 def test_unlearned_key_is_not_called(module_fake):
     assert _lib.fast(("rms_norm", torch.float16), (t(1, 8),), (), 0) is False
     assert module_fake.calls == []
+
+
+def test_engram_gate_shared_value_takes_the_checked_path(module_fake):
+    """A v of fewer rows than h ([1, H]: one value row for all rows) matches the kernel's
+    [MV, H] pattern, so `_C.call` could not tell it from h's shape: the guard keeps it on the
+    checked path, which passes its row count, and it does not learn from such a call."""
+    h, k, v, w_h, w_k = _engram_inputs()
+    tileaot.engram_gate(h, k, v[:1].clone(), w_h, w_k)
+    assert _lib._fast == {}
+    tileaot.engram_gate(h, k, v, w_h, w_k)  # learns
+    tileaot.engram_gate(h, k, v[:1].clone(), w_h, w_k)
+    assert len(module_fake.launches) == 3 and module_fake.calls == []
+    assert module_fake.launches[2][4][4] == 1  # v's rows

@@ -66,6 +66,12 @@ def engram(*shape: int, dtype: torch.dtype = BF16) -> tuple[torch.Tensor, ...]:
     return (*(t(*shape, dtype=dtype) for _ in range(3)), t(n, dtype=dtype), t(n, dtype=dtype))
 
 
+def shared_v(args: tuple) -> tuple:
+    """`engram`'s arguments with v shared by each token's rows ([T, 1, H])."""
+    h, k, v, w_h, w_k = args
+    return h, k, v[:, :1].contiguous(), w_h, w_k
+
+
 # (op, arguments as the torch op takes them positionally): valid calls, several shapes per op.
 CASES = [
     ("rms_norm", lambda: (t(4, 64), t(64))),
@@ -105,6 +111,8 @@ CASES = [
     ("engram_gate", lambda: (*engram(2, 3, 8, dtype=F32), 1e-5)),
     ("engram_gate_backward", lambda: (t(4, 64), *engram(4, 64))),
     ("engram_gate_backward", lambda: (t(2, 3, 8, dtype=F32), *engram(2, 3, 8, dtype=F32), 0.0)),
+    ("engram_gate", lambda: shared_v(engram(2, 3, 8))),
+    ("engram_gate_backward", lambda: (t(2, 3, 8), *shared_v(engram(2, 3, 8)))),
 ]
 CASE_IDS = [f"{op}-{i}" for i, (op, _) in enumerate(CASES)]
 
@@ -181,6 +189,8 @@ def test_out_variant_writes_into_the_given_tensors(fake, cpu_as_cuda, op, make):
     assert getattr(torch.ops.tileaot, f"{op}_out")(*outs, *args) is None
     launched = _launched(fake)
     written = {p for r in fake.launches for p in r.ptrs}
+    if op == "engram_gate_backward" and args[3].shape != args[1].shape:
+        written.add(outs[2].data_ptr())  # a shared v's grad_v: a torch sum of a kernel's scratch
     assert {o.data_ptr() for o in outs if o is not None} <= written
     fake.launches.clear()
     given = [o for o in outs if o is not None]

@@ -1,6 +1,7 @@
 """Engram gate, forward: a gated residual with one scalar gate per row (DeepSeek Engram).
 
-For each row of h, k, v (``[M, H]``; the Python layer flattens ``[T, G, H]`` to rows)::
+For each row of h, k (``[M, H]``; the Python layer flattens ``[T, G, H]`` to rows) and its row
+of v::
 
     a   = rmsnorm(h) * w_h           rmsnorm(x) = x / sqrt(mean(x^2) + eps)
     b   = rmsnorm(k) * w_k
@@ -13,6 +14,12 @@ for callers that want it. Since ``<a, b> = rstd_h * rstd_k * sum(h * w_h * k * w
 pass over the row gives all three sums (sum h^2, sum k^2, the weighted dot).
 
 Memory-bound: one read of h, k, v and one write of out (weights are re-read from L1/L2).
+
+v is ``[MV, H]``: either h's rows (``MV = M``) or one row shared by each run of ``M / MV``
+consecutive rows (``[T, 1, H]`` for ``[T, G, H]`` h: Engram with hyper-connections keeps a
+key per branch but one value per token). Row ``r`` reads v row ``r * MV // M`` (see
+``value_row``); the G rows of a token run on neighbouring blocks, so v's row comes from HBM
+once and from L2 after that.
 
 * Static H (``{"H": 7168}`` etc.): one row per thread block (128 threads for bf16 H=7168,
   256 otherwise); h, k and v are loaded at once (16-byte vectors, kept in registers in their
@@ -43,7 +50,8 @@ MAX_ROW_THREADS = 256
 
 
 def factory(arch: str, dtype: str, H: int | None = None):
-    """TileLang prim_func ``(h, k, v [M, H], w_h, w_k [H], out [M, H], gate [M] fp32, eps)``.
+    """TileLang prim_func ``(h, k [M, H], v [MV, H], w_h, w_k [H], out [M, H], gate [M] fp32,
+    eps)``; v is h's rows (MV = M) or shared by runs of M / MV rows (see ``value_row``).
 
     The same code serves every CUDA arch, so ``arch`` only takes part in the interface.
     """
@@ -68,6 +76,20 @@ def row_threads(n: int, vec: int) -> int:
     return threads
 
 
+def value_row(T, row, M, MV):
+    """The row of v ``[MV, H]`` that row `row` of h ``[M, H]`` uses: ``row * MV // M``.
+
+    That is ``row // G`` when v is shared by runs of ``G = M / MV`` rows (``row`` when
+    ``MV = M``); inside ``[0, MV)`` for any ``MV >= 1``, so inconsistent sizes can't read out
+    of bounds (the Python layer rejects them first). int64 because ``row * MV`` may pass
+    2**31. Callers bind it to a local and ``T.assume`` its range: the bounds check TileLang
+    would otherwise put around v's loads costs a branch per load (and, without the local,
+    their 16-byte vectorisation).
+    """
+    wide = T.truncdiv(T.cast(row, "int64") * T.cast(MV, "int64"), T.cast(M, "int64"))
+    return T.cast(wide, "int32")
+
+
 def gate_of(T, s):
     """sigmoid(sign(s) * sqrt(|s|)) as a TileLang expression (fp32)."""
     z = T.copysign(T.sqrt(T.abs(s)), s)
@@ -85,12 +107,13 @@ def _static(dtype: str, n: int):
     inv_n = 1.0 / n
     inv_sqrt_n = 1.0 / math.sqrt(n)
     M = T.dynamic("M")
+    MV = T.dynamic("MV")
 
     @T.prim_func
     def engram_gate(
         h: T.Tensor((M, n), dtype),
         k: T.Tensor((M, n), dtype),
-        v: T.Tensor((M, n), dtype),
+        v: T.Tensor((MV, n), dtype),
         w_h: T.Tensor((n,), dtype),
         w_k: T.Tensor((n,), dtype),
         out: T.Tensor((M, n), dtype),
@@ -110,11 +133,13 @@ def _static(dtype: str, n: int):
             sum_k = T.alloc_fragment((1,), "float32")
             sum_d = T.alloc_fragment((1,), "float32")
             g = T.alloc_fragment((1,), "float32")
+            vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
+            T.assume((0 <= vrow) & (vrow < MV))
             # All loads first (v too), so a thread has the whole row in flight at once.
             for c, j in T.Parallel(C, L, coalesced_width=width):
                 hr[c, j] = h[row, c * L + j]
                 kr[c, j] = k[row, c * L + j]
-                vr[c, j] = v[row, c * L + j]
+                vr[c, j] = v[vrow, c * L + j]
             T.clear(acc_h)
             T.clear(acc_k)
             T.clear(acc_d)
@@ -150,6 +175,7 @@ def _generic(dtype: str):
 
     vec = 16 // ITEMSIZE[dtype]
     M = T.dynamic("M")
+    MV = T.dynamic("MV")
     H = T.dynamic("H")
     vec_rows = _row_pass(T, H, GENERIC_THREADS * vec * GENERIC_UNROLL, T.int32(vec))
     scalar_rows = _row_pass(T, H, GENERIC_THREADS * SCALAR_PER_THREAD, None)
@@ -158,7 +184,7 @@ def _generic(dtype: str):
     def engram_gate(
         h: T.Tensor((M, H), dtype),
         k: T.Tensor((M, H), dtype),
-        v: T.Tensor((M, H), dtype),
+        v: T.Tensor((MV, H), dtype),
         w_h: T.Tensor((H,), dtype),
         w_k: T.Tensor((H,), dtype),
         out: T.Tensor((M, H), dtype),
@@ -166,12 +192,14 @@ def _generic(dtype: str):
         eps: T.float32,
     ):
         with T.Kernel(M, threads=GENERIC_THREADS) as row:
+            vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
+            T.assume((0 <= vrow) & (vrow < MV))
             if H % vec == 0:
                 # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
                 T.assume(H % vec == 0)
-                vec_rows(h, k, v, w_h, w_k, out, gate, eps, row)
+                vec_rows(h, k, v, w_h, w_k, out, gate, eps, row, vrow)
             else:
-                scalar_rows(h, k, v, w_h, w_k, out, gate, eps, row)
+                scalar_rows(h, k, v, w_h, w_k, out, gate, eps, row, vrow)
 
     return engram_gate
 
@@ -184,7 +212,7 @@ def _row_pass(T, H, chunk: int, width):
     """
 
     @T.macro
-    def gate_row(h, k, v, w_h, w_k, out, gate, eps, row):
+    def gate_row(h, k, v, w_h, w_k, out, gate, eps, row, vrow):
         hb = T.alloc_fragment((chunk,), h.dtype)
         kb = T.alloc_fragment((chunk,), h.dtype)
         acc_h = T.alloc_fragment((chunk,), "float32")
@@ -229,7 +257,7 @@ def _row_pass(T, H, chunk: int, width):
                 if c * chunk + j < H:
                     col = c * chunk + j
                     out[row, col] = T.cast(h[row, col], "float32") + g[0] * T.cast(
-                        v[row, col], "float32"
+                        v[vrow, col], "float32"
                     )
 
     return gate_row
@@ -248,7 +276,7 @@ def reference(h, k, v, w_h, w_k, eps: float = 1e-6):
     b = kf * torch.rsqrt(kf.pow(2).mean(-1, keepdim=True) + eps) * w_k.to(ct)
     s = (a * b).sum(-1) / math.sqrt(h.shape[-1])
     g = torch.sigmoid(torch.sign(s) * torch.sqrt(s.abs()))
-    out = hf + g.unsqueeze(-1) * vf
+    out = hf + g.unsqueeze(-1) * vf  # v [..., 1, H] (shared by a token's rows) broadcasts
     return out.to(h.dtype), g
 
 
@@ -259,5 +287,6 @@ SPEC = KernelSpec(
     specs=({}, *({"H": n} for n in STATIC_H)),
     reference=reference,
     doc="out = h + sigmoid(signed_sqrt(<rmsnorm(h) w_h, rmsnorm(k) w_k> / sqrt(H))) * v; "
-    "h, k, v [M, H], w_h, w_k [H]; also the gate [M] (fp32).",
+    "h, k [M, H], v [M, H] or shared by runs of rows [MV, H], w_h, w_k [H]; also the gate [M] "
+    "(fp32).",
 )

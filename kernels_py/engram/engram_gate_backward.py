@@ -13,6 +13,10 @@ gate and ``go`` the incoming gradient (derivation in ``reference``)::
     P     += alpha * h * k                  (summed over rows)
     grad_w_h = w_k * P,   grad_w_k = w_h * P
 
+v may be shared by runs of rows (``[MV, H]``, see engram_gate.py ``value_row``): ``dg`` reads
+the row's v row, and ``grad_v`` stays per row of h (``[M, H]``, each row's ``g * go``); the
+Python layer sums each run into the shared row's gradient.
+
 signed_sqrt has an infinite slope at s = 0. Its derivative is taken as
 ``0.5 / sqrt(max(|s|, S_FLOOR))`` (exact for |s| >= 1e-6, at most 500): finite gradients for
 rows with s = 0 (e.g. a zero h or k row), the same convention in ``reference``.
@@ -42,7 +46,7 @@ the grad_h / grad_k stores are 8 bytes wide (still whole 32-byte sectors per war
 import math
 
 from ..spec import KernelSpec
-from .engram_gate import DTYPES, ITEMSIZE, STATIC_H, gate_of, row_threads
+from .engram_gate import DTYPES, ITEMSIZE, STATIC_H, gate_of, row_threads, value_row
 
 S_FLOOR = 1e-6  # |s| floor in d signed_sqrt / ds
 
@@ -73,8 +77,9 @@ def blocks_per_sm(dtype: str, H: int | None) -> int:
 
 
 def factory(arch: str, dtype: str, H: int | None = None):
-    """TileLang prim_func ``(grad_out, h, k, v [M, H], w_h, w_k [H], grad_h, grad_k, grad_v
-    [M, H], grad_w_h, grad_w_k [H], partial [B, H] fp32, eps)``; two kernels, run in order.
+    """TileLang prim_func ``(grad_out, h, k [M, H], v [MV, H], w_h, w_k [H], grad_h, grad_k,
+    grad_v [M, H], grad_w_h, grad_w_k [H], partial [B, H] fp32, eps)``; two kernels, run in
+    order. ``grad_v`` is per row of h (summed per shared v row by the caller).
 
     The same code serves every CUDA arch, so ``arch`` only takes part in the interface.
     """
@@ -100,6 +105,7 @@ def _static(dtype: str, n: int):
     inv_sqrt_n = 1.0 / math.sqrt(n)
     min_blocks = BLOCKS_PER_SM[(dtype, n)]
     M = T.dynamic("M")
+    MV = T.dynamic("MV")
     B = T.dynamic("B")
     reduce_partials = _reduce_kernel(T, n, B)
 
@@ -111,7 +117,7 @@ def _static(dtype: str, n: int):
         grad_out: T.Tensor((M, n), dtype),
         h: T.Tensor((M, n), dtype),
         k: T.Tensor((M, n), dtype),
-        v: T.Tensor((M, n), dtype),
+        v: T.Tensor((MV, n), dtype),
         w_h: T.Tensor((n,), dtype),
         w_k: T.Tensor((n,), dtype),
         grad_h: T.Tensor((M, n), dtype),
@@ -150,6 +156,8 @@ def _static(dtype: str, n: int):
                 wws[c, j] = f32(w_h[c * L + j]) * f32(w_k[c * L + j])
             for i in T.serial(T.ceildiv(M - b, B)):
                 row = b + i * B
+                vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
+                T.assume((0 <= vrow) & (vrow < MV))
                 for c, j in T.Parallel(C, L, coalesced_width=width):
                     gr[c, j] = grad_out[row, c * L + j]
                     hr[c, j] = h[row, c * L + j]
@@ -163,7 +171,7 @@ def _static(dtype: str, n: int):
                         acc_h[j] += f32(hr[c, j]) * f32(hr[c, j])
                         acc_k[j] += f32(kr[c, j]) * f32(kr[c, j])
                         acc_d[j] += f32(hr[c, j]) * f32(kr[c, j]) * wws[c, j]
-                        acc_g[j] += f32(gr[c, j]) * f32(v[row, c * L + j])
+                        acc_g[j] += f32(gr[c, j]) * f32(v[vrow, c * L + j])
                 T.reduce_sum(acc_h, sum_h, dim=0)
                 T.reduce_sum(acc_k, sum_k, dim=0)
                 T.reduce_sum(acc_d, sum_d, dim=0)
@@ -229,10 +237,11 @@ def _generic(dtype: str):
 
     vec = 16 // ITEMSIZE[dtype]
     M = T.dynamic("M")
+    MV = T.dynamic("MV")
     H = T.dynamic("H")
     B = T.dynamic("B")
-    vec_rows = _row_loop(T, M, H, B, GENERIC_THREADS * vec, T.int32(vec))
-    scalar_rows = _row_loop(T, M, H, B, GENERIC_THREADS * SCALAR_PER_THREAD, None)
+    vec_rows = _row_loop(T, M, MV, H, B, GENERIC_THREADS * vec, T.int32(vec))
+    scalar_rows = _row_loop(T, M, MV, H, B, GENERIC_THREADS * SCALAR_PER_THREAD, None)
     reduce_partials = _reduce_kernel(T, H, B)
 
     @T.prim_func
@@ -240,7 +249,7 @@ def _generic(dtype: str):
         grad_out: T.Tensor((M, H), dtype),
         h: T.Tensor((M, H), dtype),
         k: T.Tensor((M, H), dtype),
-        v: T.Tensor((M, H), dtype),
+        v: T.Tensor((MV, H), dtype),
         w_h: T.Tensor((H,), dtype),
         w_k: T.Tensor((H,), dtype),
         grad_h: T.Tensor((M, H), dtype),
@@ -265,7 +274,7 @@ def _generic(dtype: str):
     return engram_gate_backward
 
 
-def _row_loop(T, M, H, B, chunk: int, width):
+def _row_loop(T, M, MV, H, B, chunk: int, width):
     """Macro: block ``b``'s rows for dynamic H, two passes per row in ``chunk`` steps, its
     weight-gradient sum kept in ``partial[b, :]`` (L2-resident read-modify-write).
 
@@ -309,6 +318,8 @@ def _row_loop(T, M, H, B, chunk: int, width):
                     partial[b, c * chunk + j] = 0
         for i in T.serial(T.ceildiv(M - b, B)):
             row = b + i * B
+            vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
+            T.assume((0 <= vrow) & (vrow < MV))
             # Pass 1: the four row sums. Chunks are loaded into fragments of the input dtype
             # first, so that the loads are 16 bytes wide.
             T.clear(acc_h)
@@ -320,7 +331,7 @@ def _row_loop(T, M, H, B, chunk: int, width):
                     gb[j] = T.if_then_else(c * chunk + j < H, grad_out[row, c * chunk + j], 0)
                     hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
                     kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
-                    vb[j] = T.if_then_else(c * chunk + j < H, v[row, c * chunk + j], 0)
+                    vb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
                 for j in T.Parallel(chunk, coalesced_width=width):
                     if c * chunk + j < H:
                         acc_h[j] += f32(hb[j]) * f32(hb[j])
@@ -391,7 +402,7 @@ def reference(grad_out, h, k, v, w_h, w_k, eps: float = 1e-6):
     alpha = c * rh * rk
     grad_h = go + alpha * kf * wh * wk - c * rh * rh * s / math.sqrt(n) * hf
     grad_k = alpha * hf * wh * wk - c * rk * rk * s / math.sqrt(n) * kf
-    grad_v = g * go
+    grad_v = (g * go).sum_to_size(v.shape)  # a shared v ([..., 1, H]) sums its rows' terms
     p = (alpha * hf * kf).reshape(-1, n).sum(0)
     return (
         grad_h.to(h.dtype),

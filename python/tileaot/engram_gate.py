@@ -45,7 +45,10 @@ def engram_gate(
             branches: every leading dim is a row dim), dtype ``torch.bfloat16`` or
             ``torch.float32``; contiguous, with a 16-byte-aligned data pointer; ``H >= 1``.
         k: the key, same shape, dtype and device as `h`, contiguous, aligned.
-        v: the value, same shape, dtype and device as `h`, contiguous, aligned.
+        v: the value, same dtype and device as `h`, contiguous, aligned; either h's shape or
+            h's shape with the second-to-last dim 1 (``[T, 1, H]`` for ``[T, G, H]`` h): one
+            value row shared by the G rows of a token, as Engram with hyper-connections uses
+            it (a key per branch, one value per token). It broadcasts as in torch.
         w_h: RMSNorm weight of `h`, shape ``(H,)``, same dtype and device, contiguous, aligned.
         w_k: RMSNorm weight of `k`, shape ``(H,)``, same dtype and device, contiguous, aligned.
         eps: added to each mean square before the square root; a finite float >= 0.
@@ -65,7 +68,8 @@ def engram_gate(
         TypeError: an input or `out` is not a tensor (or, with ``return_gate=True``, an
             ``(out, g)`` pair), has an unsupported dtype, or the dtypes differ; `eps` is not a
             real number.
-        ValueError: `h` is 0-d or ``H == 0``; `k`/`v` differ from `h` in shape; `w_h`/`w_k` are
+        ValueError: `h` is 0-d or ``H == 0``; `k` differs from `h` in shape, `v` has neither
+            h's shape nor the shared one; `w_h`/`w_k` are
             not ``(H,)``; a tensor is not on a CUDA device, not on the device of `h`, not
             contiguous or not 16-byte aligned; a dimension or element count reaches 2**31;
             `out` has the wrong shape or overlaps an input; `eps` < 0.
@@ -76,7 +80,8 @@ def engram_gate(
 
     One kernel, enqueued on torch's current stream of `h`'s device; the call returns without
     synchronising. It reads h, k and v once and writes `out` once (plus 4 bytes of gate per
-    row); ``H`` in {2048, 4096, 7168} has register-resident fast variants, any other ``H``
+    row; a shared v row is read from memory once per token); ``H`` in {2048, 4096, 7168}
+    has register-resident fast variants, any other ``H``
     works through a generic one.
     Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
@@ -97,7 +102,8 @@ def engram_gate(
         and isinstance(w_k, _arrays.Tensor)
         and type(eps) is float
         and 0.0 <= eps < _INF
-        and h.dim() == 2 == k.dim() == v.dim()
+        and h.dim() == 2 == k.dim()
+        and v.shape == h.shape  # `_C.call` can't tell a shared v ([MV, H] in the kernel) from it
         and w_h.dim() == 1 == w_k.dim()
         and not _needs_autograd(h, k, v, w_h, w_k)  # recorded calls: the checked path
     ):
@@ -145,7 +151,7 @@ def _needs_autograd(*tensors: Any) -> bool:
 def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any):
     """Shared by forward and backward: shapes, memory and eps (dtypes are checked before).
 
-    Returns ``(rows, H, device, eps)``.
+    Returns ``(rows, H, v_rows, device, eps)``: v_rows is rows unless v is shared.
     """
     if type(eps) is not float or not 0.0 <= eps < _INF:
         eps = _validate.nonneg_float("eps", eps)
@@ -158,24 +164,40 @@ def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any):
             f"h has shape {tuple(shape)}: H (the last dim) must be >= 1, the gate of an empty "
             "row is undefined"
         )
-    for name, t in (("k", k), ("v", v)):
-        if t.shape != shape:
-            raise ValueError(
-                f"{name} must have the shape of h {tuple(shape)}; got {tuple(t.shape)}"
-            )
+    if k.shape != shape:
+        raise ValueError(f"k must have the shape of h {tuple(shape)}; got {tuple(k.shape)}")
+    v_rows = _value_rows(shape, v.shape)
     for name, t in (("w_h", w_h), ("w_k", w_k)):
         if t.shape != (n,):
             raise ValueError(
                 f"{name} must have shape ({n},) to match h {tuple(shape)}; got {tuple(t.shape)}"
             )
     device = _validate.check_memory(_INPUTS, (h, k, v, w_h, w_k))
-    return h.numel() // n, n, device, eps
+    return h.numel() // n, n, v_rows, device, eps
+
+
+def _value_rows(shape: tuple, v_shape: tuple) -> int:
+    """Rows of v: h's rows, or one per run of ``shape[-2]`` rows when v is shared."""
+    rows = 1
+    for d in v_shape[:-1]:
+        rows *= d
+    if v_shape == shape:
+        return rows
+    if len(shape) < 2:
+        raise ValueError(f"v must have the shape of h {tuple(shape)}; got {tuple(v_shape)}")
+    shared = (*shape[:-2], 1, shape[-1])
+    if tuple(v_shape) == shared:
+        return rows
+    raise ValueError(
+        f"v must have the shape of h {tuple(shape)} or {shared} (one row shared by the "
+        f"{shape[-2]} rows of h.shape[-2]); got {tuple(v_shape)}"
+    )
 
 
 def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
     """Validate, allocate, launch: ``(out, gate)``."""
     fw = _arrays.namespace(h)
-    rows, n, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
+    rows, n, v_rows, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
     if out is None:
         y = fw.empty_like(h)  # h is contiguous, so y is too
         gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
@@ -202,10 +224,10 @@ def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
         _lib.current_stream(device),
         (h.data_ptr(), k.data_ptr(), v.data_ptr(), w_h.data_ptr(), w_k.data_ptr(), y.data_ptr(),
          gate.data_ptr()),
-        (rows, n, rows, n, rows, n, n, n, rows, n, rows),
+        (rows, n, rows, n, v_rows, n, n, n, rows, n, rows),
         (eps,),
     )  # fmt: skip
-    if type(h) is _arrays.Tensor and h.dim() == 2:  # launched what `_fast` passes: these shapes
+    if type(h) is _arrays.Tensor and h.dim() == 2 and v_rows == rows:  # as `_fast` launches
         _lib.learn((_OP, h.dtype), handle)
     return y, gate
 

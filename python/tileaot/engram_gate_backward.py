@@ -77,15 +77,18 @@ def engram_gate_backward(
             not overlapping the inputs or each other.
 
     Returns:
-        ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)``: the first three shaped like `h`, the
-        last two like `w_h`, all in h's dtype (the tensors of `out` if given). With no rows,
-        nothing is launched and the weight gradients are zeros.
+        ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)``: grad_h and grad_k shaped like `h`,
+        grad_v like `v`, the last two like `w_h`, all in h's dtype (the tensors of `out` if
+        given). With no rows, nothing is launched and the weight gradients are zeros. For a
+        shared `v` (``[..., 1, H]``), grad_v is the float32 sum of its rows' ``g * go``
+        terms (each first rounded to h's dtype by the kernel), rounded once.
 
     Raises:
         TypeError: an argument is not a tensor, has an unsupported dtype, or the dtypes differ;
             `g` is not float32; `eps` is not a real number; `out` is not a 5-tuple.
         ValueError: as :func:`tileaot.engram_gate` for h, k, v, w_h, w_k; `grad_out` or `g`
             has a wrong shape, device or layout; an `out` tensor has a wrong shape or overlaps.
+        NotImplementedError: a shared `v` with arrays that are not torch tensors.
         ImportError: the native module is not built (a source checkout).
         tileaot.VariantMissError: this wheel has no variant for the dtype, shape or GPU.
         tileaot.DriverError: the CUDA driver is missing or a driver call failed.
@@ -93,7 +96,8 @@ def engram_gate_backward(
     Two kernels, enqueued in order on torch's current stream of `h`'s device (the call does not
     synchronise): the first reads grad_out, h, k, v once and writes grad_h, grad_k, grad_v
     once, plus a ``[blocks, H]`` float32 scratch of per-block weight-gradient sums (a few
-    blocks per SM); the second reduces the scratch.
+    blocks per SM); the second reduces the scratch. A shared `v` adds an h-shaped scratch for
+    the rows' grad_v terms and a torch sum over each token's rows.
     Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
@@ -111,7 +115,13 @@ def engram_gate_backward(
     key = _validate.dtype_key("h", h, _DTYPES)
     for name, t in (("grad_out", grad_out), ("k", k), ("v", v), ("w_h", w_h), ("w_k", w_k)):
         _validate.same_dtype(name, t, "h", h)
-    rows, n, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
+    rows, n, v_rows, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
+    shared = v_rows != rows or v.shape != h.shape  # v is [..., 1, H]: one row per token
+    if shared and type(grad_out) is not _arrays.Tensor:
+        raise NotImplementedError(
+            "engram_gate_backward: a shared v (shape (..., 1, H)) needs torch tensors (grad_v "
+            "is summed over each token's rows in torch); pass torch tensors, or a v of h's shape"
+        )
     if grad_out.shape != h.shape:
         raise ValueError(
             f"grad_out must have the shape of h {tuple(h.shape)}; got {tuple(grad_out.shape)}"
@@ -120,25 +130,29 @@ def engram_gate_backward(
     if g is not None:
         _check_gate(g, h)
     if out is None:
-        grads = (fw.empty_like(h), fw.empty_like(h), fw.empty_like(h))
+        grads = (fw.empty_like(h), fw.empty_like(h), fw.empty_like(v))
         wgrads = (fw.empty_like(w_h), fw.empty_like(w_k))
     else:
-        grads, wgrads = _check_out(out, h, w_h, device, (grad_out, h, k, v, w_h, w_k))
+        grads, wgrads = _check_out(out, h, v, w_h, device, (grad_out, h, k, v, w_h, w_k))
     if rows == 0:
-        for t in wgrads:
+        for t in (*wgrads, grads[2]) if shared else wgrads:
             t.zero_()  # a sum over no rows
         return (*grads, *wgrads)
+    # The kernel writes each row's grad_v term; a shared v sums its rows' terms below.
+    row_grad_v = fw.empty_like(h) if shared else grads[2]
     blocks = min(rows, _sm_count(device) * _BLOCKS_PER_SM.get((key, n), _GENERIC_BLOCKS_PER_SM))
     partial = h.new_empty((blocks, n), dtype=fw.float32)
-    ptrs = (grad_out, h, k, v, w_h, w_k, *grads, *wgrads, partial)
+    ptrs = (grad_out, h, k, v, w_h, w_k, *grads[:2], row_grad_v, *wgrads, partial)
     _lib.native().launch(
         _lib.handle(_OP, key),
         device,
         _lib.current_stream(device),
         tuple(t.data_ptr() for t in ptrs),
-        (rows, n, rows, n, rows, n, rows, n, n, n, rows, n, rows, n, rows, n, n, n, blocks, n),
+        (rows, n, rows, n, rows, n, v_rows, n, n, n, rows, n, rows, n, rows, n, n, n, blocks, n),
         (eps,),
     )
+    if shared:  # float32 sums over each token's rows, rounded once into grad_v
+        grads[2].copy_(row_grad_v.sum(-2, keepdim=True, dtype=fw.float32))
     return (*grads, *wgrads)
 
 
@@ -154,7 +168,9 @@ def _check_gate(g: Any, h: Any) -> None:
     _validate.check_memory(("h", "g"), (h, g))
 
 
-def _check_out(out: Any, h: Any, w_h: Any, device: int, inputs: tuple) -> tuple[tuple, tuple]:
+def _check_out(
+    out: Any, h: Any, v: Any, w_h: Any, device: int, inputs: tuple
+) -> tuple[tuple, tuple]:
     if not isinstance(out, (tuple, list)) or len(out) != 5:
         what = type(out).__name__
         if isinstance(out, (tuple, list)):
@@ -162,8 +178,8 @@ def _check_out(out: Any, h: Any, w_h: Any, device: int, inputs: tuple) -> tuple[
         raise TypeError(
             f"out must be a (grad_h, grad_k, grad_v, grad_w_h, grad_w_k) tuple; got {what}"
         )
-    for name, t in zip(_GRAD_NAMES, out[:3], strict=True):
-        _validate.check_out(name, t, h.dtype, h.shape, device)
+    for name, t, like in zip(_GRAD_NAMES, out[:3], (h, h, v), strict=True):
+        _validate.check_out(name, t, h.dtype, like.shape, device)
     for name, t in zip(_WGRAD_NAMES, out[3:], strict=True):
         _validate.check_out(name, t, w_h.dtype, w_h.shape, device)
     _validate.check_no_overlap(_GRAD_NAMES + _WGRAD_NAMES, tuple(out), _INPUTS, inputs)

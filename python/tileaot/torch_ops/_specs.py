@@ -131,7 +131,8 @@ def _engram_gate(h, k, v, w_h, w_k, eps):
 
 
 def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, g):
-    return (*(torch.empty_like(h) for _ in range(3)), torch.empty_like(w_h), torch.empty_like(w_k))
+    like = (h, h, v, w_h, w_k)  # grad_v has v's shape (a shared v: [..., 1, H])
+    return tuple(torch.empty_like(x) for x in like)
 
 
 _GRAD = ("grad_out",)
