@@ -11,11 +11,16 @@ is). ``reference`` reproduces it bit for bit. Scale layouts, the ones the casts 
 Kernel (the same for every layout but the scale index): a CTA of 256 threads owns 32 rows x
 128 columns (one column group; inside one 128-row block; 32 rather than 64 rows: more,
 smaller CTAs measured 2 % faster on an H200, bench/results/2026-11-29-h200-tuning.md).
-Thread ``t`` moves one vector of
-``16 / sizeof(out)`` elements per row step (8 e4m3 -> 8 bf16, or 4 -> 4 fp32), so each
-store is 16 bytes and a warp's loads and stores cover whole contiguous row segments. All of
-a thread's fp8 loads (and scales) are issued before the first use, then converted,
+Thread ``t`` moves one vector of ``16 / sizeof(out)`` elements per row step (8 e4m3 -> 8
+bf16, or 4 -> 4 fp32), so a warp's loads and stores cover whole contiguous row segments.
+All of a thread's fp8 loads (and scales) are issued before the first use, then converted,
 multiplied and stored: memory-bound, one read of q, one write of x, the scales from L1.
+Each output vector leaves in one explicit 16-byte store (``st.global.v4``, inline PTX in
+TileLang's templates, every CUDA arch): TileLang's plain vector copy came out of NVRTC 12.9
+for sm_75..sm_90a as four 4-byte stores (sm_100a kept one), and the one store measured
+about 2 % faster on an H200 (same tuning record, "Session 5"). One tile per CTA: two or four
+row tiles per CTA, software-pipelined, measured no faster there. TileLang cannot lower this
+op for HIP (``tl.ieee_mul``, 8-lane vectors; docs/HIP.md): the store needs no HIP variant.
 A runtime branch takes the vector path when ``N`` is a multiple of the vector (rows stay
 aligned), element-wise access otherwise (``token``/``block128`` with odd N).
 Grid: (column groups, row tiles) = ``(ceil(N/128), ceil(M/32))``; the wrapper splits a call
@@ -82,17 +87,14 @@ def factory(arch: str, out: str, layout: str):
 
 
 def _tile_macro(T, out: str, layout: str, M, N, vec: int, aligned: bool):
-    """Macro dequantising rows [bm*64, bm*64+64) x columns [bn*128, bn*128+128)."""
+    """Macro dequantising rows [bm*32, bm*32+32) x columns [bn*128, bn*128+128).
+
+    ``aligned``: rows start 16-byte aligned, so each thread moves whole vectors; otherwise
+    element by element with bounds checks on every column.
+    """
     per_row = GROUP // vec  # threads per row
     rows_step = THREADS // per_row
     steps = TILE_ROWS // rows_step  # vectors per thread
-
-    def scale_at(scale, row, bm, bn):
-        if layout == "g128":
-            return scale[row, bn]
-        if layout == "token":
-            return scale[row, 0]
-        return scale[bm * TILE_ROWS // GROUP, bn]
 
     @T.macro
     def dequantise_tile(q, scale, x, bm, bn):
@@ -100,6 +102,8 @@ def _tile_macro(T, out: str, layout: str, M, N, vec: int, aligned: bool):
         buf = T.alloc_local((steps * vec,), FP8)
         s = T.alloc_local((steps,), "float32")
         xf = T.alloc_local((vec,), "float32")
+        xo = T.alloc_local((vec,), out)  # the output vector, rounded: 16 bytes
+        xo_bits = T.view(xo, (4,), "uint32")
         col = bn * GROUP + (tx % per_row) * vec
         row0 = bm * TILE_ROWS + tx // per_row
         if aligned:
@@ -110,28 +114,43 @@ def _tile_macro(T, out: str, layout: str, M, N, vec: int, aligned: bool):
                     for v in T.vectorized(vec):
                         buf[i * vec + v] = q[row, col + v]
                 if row < M:
-                    s[i] = scale_at(scale, row, bm, bn)
+                    s[i] = _scale_at(layout, scale, row, bm, bn)
             for i in T.unroll(steps):
                 row = row0 + i * rows_step
-                # e4m3 -> fp32 in pairs (exact), one fp32 multiply, vectorised cast + store.
+                # e4m3 -> fp32 in pairs (exact), one fp32 multiply, vectorised cast.
                 for v in T.vectorized(vec):
                     xf[v] = T.cast(buf[i * vec + v], "float32")
                 for v in T.unroll(vec):
                     xf[v] = T.ieee_mul(xf[v], s[i])  # __fmul_rn: never contracted
+                for v in T.vectorized(vec):
+                    xo[v] = T.cast(xf[v], out)
                 if (row < M) & (col < N):
-                    for v in T.vectorized(vec):
-                        x[row, col + v] = xf[v]
+                    # One explicit st.global.v4 = one STG.E.128. TileLang's own vector copy,
+                    # `*(uint4*)(x + int64 index) = ...`, came out of NVRTC 12.9 (sm_75..sm_90a)
+                    # and nvcc 13 (sm_90a) as four 4-byte STGs per vector. Measured, bf16
+                    # 32768x7168 on an H200: 178.8 -> 175.4 us (g128), 176.9 -> 173.8 us
+                    # (block128); bench/results/2026-11-29-h200-tuning.md, "Session 5".
+                    T.stg128(x[row, col], xo_bits.vload([0], "uint32x4"))
         else:
             # Rows not aligned (odd N): element by element, one row step at a time.
             for i in T.unroll(steps):
                 row = row0 + i * rows_step
                 if row < M:
-                    s[i] = scale_at(scale, row, bm, bn)
+                    s[i] = _scale_at(layout, scale, row, bm, bn)
                     for v in T.unroll(vec):
                         if col + v < N:
                             x[row, col + v] = T.ieee_mul(T.cast(q[row, col + v], "float32"), s[i])
 
     return dequantise_tile
+
+
+def _scale_at(layout: str, scale, row, tile, bn):
+    """The scale of `row` in column group `bn`; `tile` is the row's TILE_ROWS tile."""
+    if layout == "g128":
+        return scale[row, bn]
+    if layout == "token":
+        return scale[row, 0]
+    return scale[tile * TILE_ROWS // GROUP, bn]  # a tile lies inside one 128-row block
 
 
 def expand_scale(scale, m: int, n: int, layout: str):
