@@ -51,7 +51,17 @@ COMPILERS = ("nvrtc", "nvcc")
 # Prepended to every source, as TileLang's NVRTC path does: NVRTC has no libc/libstdc++
 # headers, nvrtc_std.h supplies the fixed-width ints, CUtensorMap, etc.
 NVRTC_PRELUDE = "#include <tl_templates/cuda/nvrtc_std.h>\n"
-PDL_PRELUDE = '#include "cuda_device_runtime_api.h"\n'
+# TileLang spells griddepcontrol (programmatic dependent launch, sm_90+) with the CUDA runtime's
+# device functions. Their header, cuda_device_runtime_api.h, needs crt/host_defines.h, which
+# the PyPI runtime package does not ship: define the two as the PTX they stand for instead.
+PDL_PRELUDE = (
+    "static __device__ __forceinline__ void cudaGridDependencySynchronize() {\n"
+    '  asm volatile("griddepcontrol.wait;" ::: "memory");\n'
+    "}\n"
+    "static __device__ __forceinline__ void cudaTriggerProgrammaticLaunchCompletion() {\n"
+    '  asm volatile("griddepcontrol.launch_dependents;" :::);\n'
+    "}\n"
+)
 PDL_CALLS = ("cudaGridDependencySynchronize", "cudaTriggerProgrammaticLaunchCompletion")
 
 
@@ -328,8 +338,8 @@ def prepare_source(code: str, kind: str = "nvrtc", name: str = "") -> str:
     if kind != "nvrtc":
         return code
     prelude = NVRTC_PRELUDE
-    if PDL_PRELUDE.strip() not in code and any(c in code for c in PDL_CALLS):
-        prelude = PDL_PRELUDE + prelude
+    if any(c in code for c in PDL_CALLS):
+        prelude += PDL_PRELUDE
     line = f'#line 1 "{name}"\n' if name else ""
     return prelude + line + code
 
