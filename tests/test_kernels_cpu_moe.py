@@ -196,8 +196,62 @@ def test_lower_expand_has_five_kernels_and_16_byte_copies():
     assert src.count("__global__ void __launch_bounds__") == 5
     assert all(k in src for k in kernels)
     assert "__match_any_sync" in src and "__popc" in src
-    assert "*(uint4*)(x_sorted" in src  # 16-byte stores of the row copy
     assert "if ((H % 8) == 0)" in src or "if (((H % 8) == 0))" in src  # and the scalar path
+
+
+@needs_tilelang
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_lower_expand_chains_its_kernels_by_pdl(dtype):
+    # Every kernel but the first is launched early (PDL) and waits before reading what the one
+    # before it wrote; each waits before it lets its successor launch (a transitive chain).
+    from build_tools.trace import kernels_of, lower, signature_of
+
+    func = mx.factory(arch="sm_90a", dtype=dtype, E=256).with_attr("global_symbol", "mxc")
+    artifact = lower(func, "sm_90a")
+    kernels = kernels_of(artifact, signature_of(func))
+    assert [k["pdl"] for k in kernels] == [False, True, True, True, True]
+    count, scan, rank, pad, copy = artifact.kernel_source.split(
+        "__global__ void __launch_bounds__"
+    )[1:]
+    wait, release = "cudaGridDependencySynchronize();", "cudaTriggerProgrammaticLaunchCompletion"
+    assert wait not in count and release in count
+    assert scan.index(wait) < scan.index(release) < scan.index("chunk_counts[")
+    # rank: the idx loads come first, then the wait, then the counts of the scan.
+    assert rank.index("flat[") < rank.index(wait) < rank.index(release)
+    assert rank.index(wait) < rank.index("expert_counts[")
+    assert pad.index(wait) < pad.index(release) < pad.index("expert_offsets[")
+    # copy: the row loads, the wait, then the positions; it never releases early.
+    row_load = "*(uint4*)(x +" if dtype == "bfloat16" else "*(fp8_e4_16_t*)(x +"
+    assert copy.index(row_load) < copy.index(wait) < copy.index("flat_pos[")
+    assert release not in copy
+
+
+@needs_tilelang
+@pytest.mark.parametrize("arch", ["sm_80", "sm_100a"])
+def test_lower_expand_without_pdl_below_sm_90_and_with_it_above(arch):
+    src = lower_source(mx.factory(arch=arch, dtype="bfloat16", E=256), arch, "mxa")
+    assert ("cudaGridDependencySynchronize" in src) == (arch == "sm_100a")
+
+
+@needs_tilelang
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_lower_expand_copy_stores_each_vector_in_one_16_byte_store(dtype):
+    # The copy kernel stores each 16-byte vector of the row with one explicit st.global.v4
+    # (NVRTC/nvcc split one of TileLang's uint4 stores into four 4-byte ones); the unaligned
+    # bf16 path keeps its scalar stores and the pad kernel its zero vectors.
+    src = lower_source(mx.factory(arch="sm_90a", dtype=dtype, E=256), "sm_90a", "mxs")
+    kernels = src.split("__global__ void __launch_bounds__")[1:]
+    assert len(kernels) == 5
+    pad, copy = kernels[3], kernels[4]
+    assert "store_global_128" not in "".join(kernels[:4])
+    assert "*(uint4*)(x_sorted" in pad or "*(fp8_e4_16_t*)(x_sorted" in pad
+    # One store in the unrolled vector loop: to x_sorted, of the fragment's 4 words at u * 4.
+    assert copy.count("tl::store_global_128(") == 1
+    store = copy[copy.index("tl::store_global_128(") :].split(";")[0]
+    assert "x_sorted[" in store and "*(uint4*)(frag_bits + (u_1 * 4))" in store
+    assert "*(uint4*)(x_sorted" not in copy and "*(fp8_e4_16_t*)(x_sorted" not in copy
+    if dtype == "bfloat16":  # the scalar path for H % 8 != 0 is unchanged
+        assert "x_sorted[" in copy.split("} else {")[-1]
 
 
 @needs_tilelang

@@ -27,8 +27,11 @@ per lane, all loaded up front into registers):
 4. pad: zero the padding rows, ``PAD_ROWS`` rows per block, grid (ceil((alignment-1)/8), E);
    with alignment 1 the grid is empty and the launcher skips it.
 5. copy: one block per (token, 16 KB of its row) loads that piece once (16-byte vectors, in
-   registers) and stores it to each of the token's K rows; block column 0 also copies the fp8
-   scales.
+   registers) and stores it to each of the token's K rows (one explicit st.global.v4 per
+   vector); block column 0 also copies the fp8 scales.
+
+On sm_90+ the kernels chain by programmatic dependent launch (``PDL`` below): each starts
+while its predecessor finishes and waits for it before reading what it wrote.
 
 The copy reads x once and writes each routed row once: bandwidth-bound by design. Kernels
 1-3 touch only the int32 metadata (a few MB at most).
@@ -59,6 +62,15 @@ COPY_THREADS = 128
 # bench/results/2026-11-29-h200-tuning.md); unused vectors of shorter rows are skipped.
 COPY_UNROLL = 8
 PAD_ROWS = 8  # padding rows zeroed per padding block
+# PDL: programmatic dependent launch between the five kernels (sm_90 and newer only; older
+# targets and HIP keep plain stream order). A kernel waits for its predecessor before touching anything
+# it wrote, and only then lets its own successor launch, so each wait also covers every kernel
+# before it. Work done before the wait reads only x and idx, which no kernel of the op writes:
+# the rank kernel's idx loads and the copy's row load. The count kernel never waits, so it still
+# starts after all earlier work on the stream. Measured on an H200 (bench/tune.py, T = 32768,
+# H = 7168, E = 256): 1167.7 -> 1164.3 us bf16 a16, 652.9 -> 649.3 us e4m3 a128; an earlier
+# run 1172.5 -> 1161.8 (bench/results/2026-11-29-h200-tuning.md, "Session 5").
+PDL = True
 
 
 def factory(arch: str, dtype: str, E: int | None = None):
@@ -69,16 +81,17 @@ def factory(arch: str, dtype: str, E: int | None = None):
         token_pos[T, K] int32, chunk_counts[ceil(T*K / 1024), E] int32 (scratch),
         expert_counts[E] int32 (scratch), alignment: int32
 
-    ``arch`` does not change the code.
+    ``arch`` does not change the code, except that PDL and the explicit 16-byte stores
+    (inline PTX) apply to CUDA targets only.
     """
     if dtype not in DTYPES:
         raise ValueError(f"moe_expand: unsupported dtype {dtype!r}")
     if E is not None and not 0 < E <= E_MAX:
         raise ValueError(f"moe_expand: E={E} is outside [1, {E_MAX}]")
-    return _build(dtype, E)
+    return _build(dtype, E, arch)
 
 
-def _build(dtype: str, e_static: int | None):
+def _build(dtype: str, e_static: int | None, arch: str):
     import tilelang.language as T
 
     fp8 = dtype == "float8_e4m3fn"
@@ -94,8 +107,12 @@ def _build(dtype: str, e_static: int | None):
     G = H // GROUP
 
     chunk = COPY_THREADS * vec * COPY_UNROLL  # row elements per copy block (16 KB)
-    vec_copy, vec_zero = _row_ops(T, H, K, P, G, vec, COPY_UNROLL, dtype, fp8)
-    scalar_copy, scalar_zero = _row_ops(T, H, K, P, G, 1, vec * COPY_UNROLL, dtype, fp8)
+    cuda = arch.startswith("sm_")
+    # griddepcontrol needs sm_90 (TileLang refuses PDL calls when lowering for older targets);
+    # HIP has none.
+    pdl = PDL and cuda and int(arch[3:].rstrip("af")) >= 90
+    vec_copy, vec_zero = _row_ops(T, H, K, P, G, vec, COPY_UNROLL, dtype, fp8, cuda, pdl)
+    scalar_copy, scalar_zero = _row_ops(T, H, K, P, G, 1, vec * COPY_UNROLL, dtype, fp8, cuda, pdl)
 
     @T.macro
     def copy_chunk(x, xsc, xs, xss, pos, t, c, tx):
@@ -121,6 +138,14 @@ def _build(dtype: str, e_static: int | None):
                 scalar_zero(xs, row, c, tx)
 
     @T.macro
+    def wait_then_release():
+        # PDL: wait for the previous kernel to finish, then let the next one launch. Waiting
+        # first keeps the chain transitive (see PDL at the top of the file).
+        if pdl:
+            T.pdl_sync()
+            T.pdl_trigger()
+
+    @T.macro
     def count_kernel(idx, chunk_counts):
         # One warp per chunk: a private shared histogram, then one row of chunk_counts.
         with T.Kernel(T.ceildiv(NC, WARPS), threads=32 * WARPS) as b:
@@ -128,6 +153,8 @@ def _build(dtype: str, e_static: int | None):
             w = tx // 32
             lane = tx % 32
             c = b * WARPS + w
+            if pdl:  # no wait here: count starts after earlier work as without PDL
+                T.pdl_trigger()
             flat = T.reshape(idx, (Tn * K,))
             hist = T.alloc_shared((WARPS, e_max), "int32")
             ev = T.alloc_local((CHUNK // 32,), "int32")
@@ -154,6 +181,7 @@ def _build(dtype: str, e_static: int | None):
             w = tx // 32
             lane = tx % 32
             e = b * 32 + lane
+            wait_then_release()
             run = T.ceildiv(NC, SCAN_WARPS)
             part = T.alloc_shared((SCAN_WARPS, 33), "int32")
             acc = T.alloc_var("int32", init=0)
@@ -187,6 +215,7 @@ def _build(dtype: str, e_static: int | None):
             for i in T.unroll(CHUNK // 32):  # issue the chunk's loads before the scan
                 g = c * CHUNK + i * 32 + lane
                 ev[i] = T.if_then_else(g < Tn * K, flat[g], -1)
+            wait_then_release()  # the loads above read idx only
 
             # Offsets: exclusive scan of the padded counts; thread tx owns `per_thread`
             # consecutive experts. Warp scans by shuffles, then across the warps.
@@ -253,6 +282,7 @@ def _build(dtype: str, e_static: int | None):
         # alignment 1 the grid is empty and the launcher skips the kernel.
         with T.Kernel(T.ceildiv(alignment - 1, PAD_ROWS), E, threads=COPY_THREADS) as (q, e):
             tx = T.get_thread_binding()
+            wait_then_release()
             first = T.alloc_var("int32", init=expert_offsets[e] + expert_counts[e] + q * PAD_ROWS)
             end = T.alloc_var("int32", init=T.min(expert_offsets[e + 1], P))
             for r in T.serial(PAD_ROWS):
@@ -313,7 +343,7 @@ def _build(dtype: str, e_static: int | None):
     return moe_expand
 
 
-def _row_ops(T, H, K, P, G, vec: int, unroll: int, dtype: str, fp8: bool):
+def _row_ops(T, H, K, P, G, vec: int, unroll: int, dtype: str, fp8: bool, cuda: bool, pdl: bool):
     """Macros copying one chunk of a row of x to its K rows of x_sorted, and zeroing one chunk
     of a row of x_sorted.
 
@@ -322,19 +352,29 @@ def _row_ops(T, H, K, P, G, vec: int, unroll: int, dtype: str, fp8: bool):
     path). The chunk is loaded once into registers and stored K times. The token's row
     numbers are staged through shared memory, ``COPY_THREADS`` slots at a time (all loaded at
     once, overlapping the row load), so the store loop never waits on them. For fp8 the
-    blocks of chunk 0 also copy the token's scales.
+    blocks of chunk 0 also copy the token's scales. With ``pdl`` the copy waits for the
+    previous kernel (which wrote ``pos``) between the row load and the first read of ``pos``.
     """
     chunk = COPY_THREADS * vec * unroll
+    # Whole 16-byte vectors (not the scalar path) leave in one explicit st.global.v4 each:
+    # TileLang's `*(uint4*)(x_sorted + ...) = ...` came out of NVRTC 12.9 and nvcc 13 (sm_90a)
+    # with one of a row's eight vectors as four 4-byte STGs. Measured on an H200, bf16 E256
+    # a16: 1164.3 -> 1159.8 us; e4m3 a128 649.3 -> 646.0 ("Session 5" of the tuning record).
+    store_128 = cuda and vec * ITEMSIZE[dtype] == 16  # inline PTX: CUDA only
 
     @T.macro
     def copy(x, xsc, xs, xss, pos, t, c, tx):
         frag = T.alloc_local((unroll * vec,), dtype)
+        if store_128:  # the fragment as uint32 words, 4 per 16-byte vector
+            frag_bits = T.view(frag, (unroll * 4,), "uint32")
         tile = T.alloc_shared((COPY_THREADS,), "int32")
         for u in T.unroll(unroll):
             col = c * chunk + (u * COPY_THREADS + tx) * vec
             if col < H:
                 for v in T.vectorized(vec):
                     frag[u * vec + v] = x[t, col + v]
+        if pdl:
+            T.pdl_sync()
         for kt in T.serial(T.ceildiv(K, COPY_THREADS)):
             j = kt * COPY_THREADS + tx
             tile[tx] = T.if_then_else(j < K, pos[t, j], -1)
@@ -344,8 +384,11 @@ def _row_ops(T, H, K, P, G, vec: int, unroll: int, dtype: str, fp8: bool):
                     for u in T.unroll(unroll):
                         col = c * chunk + (u * COPY_THREADS + tx) * vec
                         if col < H:
-                            for v in T.vectorized(vec):
-                                xs[p, col + v] = frag[u * vec + v]
+                            if store_128:  # the same 16 bytes, as one st.global.v4
+                                T.stg128(xs[p, col], frag_bits.vload([u * 4], "uint32x4"))
+                            else:
+                                for v in T.vectorized(vec):
+                                    xs[p, col + v] = frag[u * vec + v]
                     if fp8:
                         if c == 0:
                             for i in T.serial(T.ceildiv(G, COPY_THREADS)):
