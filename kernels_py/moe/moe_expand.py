@@ -63,13 +63,14 @@ COPY_THREADS = 128
 COPY_UNROLL = 8
 PAD_ROWS = 8  # padding rows zeroed per padding block
 # PDL: programmatic dependent launch between the five kernels (sm_90 and newer only; older
-# targets and HIP keep plain stream order). A kernel waits for its predecessor before touching anything
-# it wrote, and only then lets its own successor launch, so each wait also covers every kernel
-# before it. Work done before the wait reads only x and idx, which no kernel of the op writes:
-# the rank kernel's idx loads and the copy's row load. The count kernel never waits, so it still
-# starts after all earlier work on the stream. Measured on an H200 (bench/tune.py, T = 32768,
-# H = 7168, E = 256): 1167.7 -> 1164.3 us bf16 a16, 652.9 -> 649.3 us e4m3 a128; an earlier
-# run 1172.5 -> 1161.8 (bench/results/2026-11-29-h200-tuning.md, "Session 5").
+# targets and HIP keep plain stream order). A kernel waits for its predecessor before touching
+# anything it wrote, and only then lets its own successor launch, so each wait also covers
+# every kernel before it. Work done before the wait reads only x and idx, which no kernel of
+# the op writes: the rank kernel's idx loads and the copy's row load. The count kernel never
+# waits, so it still starts after all earlier work on the stream. Measured on an H200
+# (bench/tune.py, T = 32768, H = 7168, E = 256): 1167.7 -> 1164.3 us bf16 a16, 652.9 ->
+# 649.3 us e4m3 a128; an earlier run 1172.5 -> 1161.8 (bench/results/2026-11-29-h200-tuning.md,
+# "Session 5").
 PDL = True
 
 
