@@ -575,8 +575,10 @@ def _true_gate(args: dict) -> Any:
 
 
 def _engram_slots(c: Call, dt: Any, shape: tuple) -> None:
-    for name in ("h", "k", "v"):
+    for name in ("h", "k"):
         c.slot((name,), name, (dt,), every(shape))
+    # v may also be shared by the rows of shape[-2] (size 1 there): that dim is not bound.
+    c.slot(("v",), "v", (dt,), tuple(i for i in every(shape) if i != len(shape) - 2))
     for name in ("w_h", "w_k"):
         c.slot((name,), name, (dt,), (0,))
 
