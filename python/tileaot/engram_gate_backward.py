@@ -116,7 +116,7 @@ def engram_gate_backward(
     for name, t in (("grad_out", grad_out), ("k", k), ("v", v), ("w_h", w_h), ("w_k", w_k)):
         _validate.same_dtype(name, t, "h", h)
     rows, n, v_rows, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
-    shared = v_rows != rows or v.shape != h.shape  # v is [..., 1, H]: one row per token
+    shared = v.shape != h.shape  # v is [..., 1, H]: one row per token (check_inputs' rule)
     if shared and type(grad_out) is not _arrays.Tensor:
         raise NotImplementedError(
             "engram_gate_backward: a shared v (shape (..., 1, H)) needs torch tensors (grad_v "
