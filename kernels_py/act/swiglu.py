@@ -26,6 +26,11 @@ M=32768, H=7168 (plenty for 132 SMs), and still ``>= 2 * ceil(H / tile)`` blocks
   ``H % vec == 0`` (rows of x and y then start 16-byte aligned) and scalar access otherwise,
   so any H works.
 
+On CUDA targets the vector path is written per thread so that each output vector leaves in
+one explicit 16-byte store (``st.global.v4``, inline PTX): TileLang's plain vector store came
+out of NVRTC 12.9 for sm_90a as four 4-byte stores for some vectors. HIP keeps the plain store
+(TileLang cannot lower this op for HIP today, docs/HIP.md).
+
 Loops touching global memory carry ``coalesced_width`` = one 16-byte vector (sm_100a would
 otherwise get 32-byte accesses, see docs/ADDING_AN_OP.md).
 """
@@ -46,13 +51,17 @@ ROWS = 4  # rows per block: 2 x ROWS 16-byte loads in flight per thread
 
 
 def factory(arch: str, dtype: str, H: int | None = None):
-    """TileLang prim_func ``(x[M, 2H], y[M, H])``; ``arch`` does not change the code."""
+    """TileLang prim_func ``(x[M, 2H], y[M, H])``.
+
+    ``arch`` does not change the code, except that the explicit 16-byte stores (inline PTX)
+    apply to CUDA targets only.
+    """
     if dtype not in DTYPES:
         raise ValueError(f"swiglu: unsupported dtype {dtype!r}")
     vec = 16 // ITEMSIZE[dtype]
     if H is not None and H % vec:
         raise ValueError(f"swiglu: static H={H} must be a multiple of {vec} for {dtype}")
-    return _kernel(dtype, H)
+    return _kernel(dtype, H, store_128=arch.startswith("sm_"))
 
 
 def silu_mul(T, g, u):
@@ -60,14 +69,15 @@ def silu_mul(T, g, u):
     return T.ieee_fdiv(g, 1.0 + T.call_extern("float32", "expf", -g)) * u
 
 
-def _kernel(dtype: str, h: int | None):
+def _kernel(dtype: str, h: int | None, store_128: bool):
     import tilelang.language as T
 
     vec = 16 // ITEMSIZE[dtype]
     cols = THREADS * vec  # one 16-byte vector per thread and row
     M = T.dynamic("M")
     H = T.dynamic("H") if h is None else h
-    vec_tile = _tile(T, M, H, vec, T.int32(vec), h is None or h % cols != 0)
+    col_check = h is None or h % cols != 0
+    vec_tile = _tile(T, M, H, vec, T.int32(vec), col_check, dtype if store_128 else None)
     scalar_tile = _tile(T, M, H, vec, None, True)  # same tile, scalar accesses
 
     @T.prim_func
@@ -89,13 +99,14 @@ def _kernel(dtype: str, h: int | None):
     return swiglu
 
 
-def _tile(T, M, H, vec: int, width, col_check: bool):
+def _tile(T, M, H, vec: int, width, col_check: bool, store_128: str | None = None):
     """Macro computing a ROWS x (THREADS * vec) tile of y.
 
     Loops run over (row, vector, element): a column predicate on the vector index alone is
     what lets TileLang vectorise under a runtime H (on the flat column it falls back to
     scalar access). ``width`` (IntImm, or None for scalar access) is bound here, since a
-    macro argument would reach the loop as a non-constant.
+    macro argument would reach the loop as a non-constant. ``store_128`` (y's dtype, vector
+    path on CUDA only) stores each 16-byte output vector with one explicit ``st.global.v4``.
     """
     cols = THREADS * vec
 
@@ -105,6 +116,40 @@ def _tile(T, M, H, vec: int, width, col_check: bool):
             last = e if width is None else vec - 1  # vector path: H % vec == 0
             ok = ok & (bc * cols + v * vec + last < H)
         return ok
+
+    @T.macro
+    def tile_store_128(x, y, bc, bm):
+        # The vector path written per thread (thread tx owns vector tx of each row, as in the
+        # T.Parallel tile), so that each output vector leaves in one explicit st.global.v4 =
+        # one STG.E.128. TileLang's own `*(uint4*)(y + int64 index) = ...` came out of
+        # NVRTC 12.9 for sm_90a as four 4-byte STGs for one of the four vectors (static H) or
+        # all four (generic H); cast_back_fp8 and moe_expand store the same way. Same bytes,
+        # addresses and guards as the T.Parallel tile.
+        tx = T.get_thread_binding()
+        xg = T.alloc_local((ROWS * vec,), store_128)
+        xu = T.alloc_local((ROWS * vec,), store_128)
+        yf = T.alloc_local((ROWS * vec,), "float32")
+        yo = T.alloc_local((vec,), store_128)  # one output vector, rounded: 16 bytes
+        yo_bits = T.view(yo, (4,), "uint32")
+        col = bc * cols + tx * vec
+        # All loads issued before any math; separate loops as in the T.Parallel tile.
+        for r in T.unroll(ROWS):
+            for e in T.vectorized(vec):
+                xg[r * vec + e] = T.if_then_else(
+                    inside(bm, bc, r, tx, e), x[bm * ROWS + r, col + e], 0
+                )
+        for r in T.unroll(ROWS):
+            for e in T.vectorized(vec):
+                xu[r * vec + e] = T.if_then_else(
+                    inside(bm, bc, r, tx, e), x[bm * ROWS + r, H + col + e], 0
+                )
+        for i in T.unroll(ROWS * vec):
+            yf[i] = silu_mul(T, T.cast(xg[i], "float32"), T.cast(xu[i], "float32"))
+        for r in T.unroll(ROWS):
+            for e in T.vectorized(vec):
+                yo[e] = T.cast(yf[r * vec + e], store_128)
+            if inside(bm, bc, r, tx, vec - 1):
+                T.stg128(y[bm * ROWS + r, col], yo_bits.vload([0], "uint32x4"))
 
     @T.macro
     def tile(x, y, bc, bm):
@@ -124,6 +169,9 @@ def _tile(T, M, H, vec: int, width, col_check: bool):
         for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
             if inside(bm, bc, r, v, e):
                 y[bm * ROWS + r, bc * cols + v * vec + e] = g[r, v, e]
+
+    if store_128 is not None:
+        return tile_store_128
 
     return tile
 
