@@ -156,12 +156,25 @@ def _model(row: list[float], k: int, e: int | None) -> tuple[list[int], list[flo
     return picks, scores, refills
 
 
-def _adversarial(e: int, lanes: int, width: int) -> torch.Tensor:
+def _adversarial(e: int, lanes: int, width: int) -> tuple[torch.Tensor, int]:
     """Lane 0's experts hold the largest scores: its cache runs out and refills."""
     x = torch.randn(1, e)
     lane0 = [x_ for x_ in range(e) if (x_ // width) % lanes == 0]
     x[0, lane0] = 10.0 + torch.arange(len(lane0), dtype=torch.float32)
     return x, len(lane0)
+
+
+def _case(kind: str, e: int | None, size: int) -> tuple[torch.Tensor, int]:
+    """Five tokens of `size` scores of one kind, and how many of a token's picks the
+    adversarial kind puts in one lane (0 for the others)."""
+    if kind == "adversarial":
+        lanes, _, width = tg._layout(e)
+        return _adversarial(size, lanes, width)
+    if kind == "bf16":
+        return torch.randn(5, size).bfloat16().float(), 0
+    if kind.startswith("near"):
+        return _near(5, size, -1.0 if kind == "near_negative" else 1.0), 0
+    return _inputs(5, size, kind), 0
 
 
 @pytest.mark.parametrize(
@@ -179,13 +192,8 @@ def _adversarial(e: int, lanes: int, width: int) -> torch.Tensor:
 )
 @pytest.mark.parametrize("kind", ["randn", "tied", "special", "adversarial"])
 def test_kernel_model_matches_reference(e, size, kind):
-    lanes, _, width = tg._layout(e)
     for k in sorted({1, 2, 6, 8, min(16, size)}):
-        own = 0
-        if kind == "adversarial":
-            x, own = _adversarial(size, lanes, width)
-        else:
-            x = _inputs(5, size, kind)
+        x, own = _case(kind, e, size)
         idx, _ = tg.reference(x, k)
         clean = torch.where(torch.isnan(x), torch.full_like(x, -INF), x)
         for t in range(x.shape[0]):
@@ -308,17 +316,8 @@ def _near(t: int, e: int, sign: float) -> torch.Tensor:
     "kind", ["randn", "tied", "special", "adversarial", "bf16", "near", "near_negative"]
 )
 def test_keyed_model_matches_reference_or_falls_back(e, size, kind):
-    lanes, _, width = tg._layout(e)
     for k in sorted({1, 2, 6, 8, min(16, size)}):
-        own = 0
-        if kind == "adversarial":
-            x, own = _adversarial(size, lanes, width)
-        elif kind == "bf16":
-            x = torch.randn(5, size).bfloat16().float()
-        elif kind.startswith("near"):
-            x = _near(5, size, -1.0 if kind == "near_negative" else 1.0)
-        else:
-            x = _inputs(5, size, kind)
+        x, own = _case(kind, e, size)
         idx, _ = tg.reference(x, k)
         fallbacks = 0
         for t in range(x.shape[0]):
