@@ -38,6 +38,8 @@ SHAPES = [
     (2, 1, 5),
     (5, 128, 256),
     (2, 3, 64, 48),
+    (80, 4112),  # 16-byte path for every width, partial row and column tiles
+    (136, 392),  # 16-byte path but e4m3 (392 % 16 != 0), partial tiles
 ]
 BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 

@@ -15,8 +15,9 @@ One block per (token, chunk of its row), 128 threads. The token's positions and 
 staged in shared memory (128 slots per round, one load each, all in flight together). Each
 thread owns ``U`` runs of ``V`` columns (``V = 16 / min(itemsize)``: whole 16-byte vectors of
 both dtypes) in fp32 registers and walks the slots in pairs, issuing both rows' 16-byte loads
-before accumulating either; then it writes its columns once. Each needed row of ``y_sorted``
-is read once and ``out`` written once: bandwidth-bound.
+before accumulating either; then it writes its columns once (on CUDA targets one explicit
+16-byte store per vector). Each needed row of ``y_sorted`` is read once and ``out`` written
+once: bandwidth-bound.
 
 Two kernels: the 16-byte one (``H % V == 0``) and a scalar one for rows that break 16-byte
 alignment; each has a grid that is empty unless its case applies (``T.Select`` on ``H % V``),
@@ -41,13 +42,14 @@ SCALAR_PER_THREAD = 8  # scalar kernel (rows not 16-byte aligned): columns per t
 
 def factory(arch: str, dtype: str, out_dtype: str, mode: str):
     """TileLang prim_func ``(y_sorted[P, H], token_pos[T, K] int32, [weights[T, K] fp32,]
-    out[T, H])``; weights only in the "weighted" mode. ``arch`` does not change the code."""
+    out[T, H])``; weights only in the "weighted" mode. ``arch`` only decides whether the
+    16-byte stores are explicit (inline PTX: CUDA targets)."""
     if dtype not in DTYPES or out_dtype not in DTYPES or mode not in MODES:
         raise ValueError(f"moe_reduce: unsupported key {dtype!r}, {out_dtype!r}, {mode!r}")
-    return _build(dtype, out_dtype, mode == "weighted")
+    return _build(dtype, out_dtype, mode == "weighted", arch.startswith("sm_"))
 
 
-def _build(dtype: str, out_dtype: str, weighted: bool):
+def _build(dtype: str, out_dtype: str, weighted: bool, cuda: bool):
     import tilelang.language as T
 
     isz, osz = ITEMSIZE[dtype], ITEMSIZE[out_dtype]
@@ -59,7 +61,7 @@ def _build(dtype: str, out_dtype: str, weighted: bool):
     P = T.dynamic("P")
     vec_chunk = THREADS * V * U
     scalar_chunk = THREADS * SCALAR_PER_THREAD
-    vec_body = _chunk_reduce(T, H, K, P, V, U, dtype, out_dtype, weighted)
+    vec_body = _chunk_reduce(T, H, K, P, V, U, dtype, out_dtype, weighted, cuda)
     scalar_body = _chunk_reduce(T, H, K, P, 1, SCALAR_PER_THREAD, dtype, out_dtype, weighted)
     # Two kernels, one per access width; the grid of the one that does not apply is empty
     # (the launcher skips it), so each gets its own register allocation.
@@ -101,7 +103,9 @@ def _build(dtype: str, out_dtype: str, weighted: bool):
     return moe_reduce
 
 
-def _chunk_reduce(T, H, K, P, vec: int, unroll: int, dtype: str, out_dtype: str, weighted: bool):
+def _chunk_reduce(
+    T, H, K, P, vec: int, unroll: int, dtype: str, out_dtype: str, weighted: bool, cuda=False
+):
     """Macro reducing one chunk (``THREADS * unroll * vec`` columns) of token t's output row.
 
     The token's positions (and weights) are staged through shared memory, ``THREADS`` slots at
@@ -114,6 +118,10 @@ def _chunk_reduce(T, H, K, P, vec: int, unroll: int, dtype: str, out_dtype: str,
     load_w = max(1, min(vec, 16 // ITEMSIZE[dtype]))
     store_w = max(1, min(vec, 16 // ITEMSIZE[out_dtype]))
     n = unroll * vec  # columns per thread
+    # Whole 16-byte output vectors leave in one explicit st.global.v4 each: TileLang's
+    # `*(uint4*)(out + ...) = ...` came out of NVRTC 12.9 (sm_90a) with one of a thread's
+    # vectors as four 4-byte STGs, in both output dtypes (cuobjdump; docs/ADDING_AN_OP.md).
+    store_128 = cuda and store_w * ITEMSIZE[out_dtype] == 16
 
     @T.macro
     def load_row(buf, y, p, c, tx):
@@ -157,14 +165,22 @@ def _chunk_reduce(T, H, K, P, vec: int, unroll: int, dtype: str, out_dtype: str,
                 load_row(rows_b, y, pb, c, tx)
                 accumulate(acc, rows_a, pa, tile_w[2 * s], c, tx)
                 accumulate(acc, rows_b, pb, tile_w[2 * s + 1], c, tx)
+        if store_128:
+            ob = T.alloc_local((store_w,), out_dtype)  # one rounded output vector: 16 bytes
+            ob_bits = T.view(ob, (4,), "uint32")
         for u in T.unroll(unroll):
             col = c * chunk + (u * THREADS + tx) * vec
             if col < H:
                 for h in T.unroll(vec // store_w):
-                    for v in T.vectorized(store_w):
-                        out[t, col + h * store_w + v] = T.cast(
-                            acc[u * vec + h * store_w + v], out_dtype
-                        )
+                    if store_128:
+                        for v in T.vectorized(store_w):
+                            ob[v] = T.cast(acc[u * vec + h * store_w + v], out_dtype)
+                        T.stg128(out[t, col + h * store_w], ob_bits.vload([0], "uint32x4"))
+                    else:
+                        for v in T.vectorized(store_w):
+                            out[t, col + h * store_w + v] = T.cast(
+                                acc[u * vec + h * store_w + v], out_dtype
+                            )
 
     return reduce_chunk
 
