@@ -160,7 +160,7 @@ def factory(arch: str, dtype: str):
         grid_x = T.max(tiles_r, tiles_c)
         grid_y = T.min(tiles_r, tiles_c)
         with T.Kernel(grid_x, grid_y, B, threads=threads) as (bx, by, b):
-            s = T.alloc_shared((tc_vec * tr,), dtype)  # the transposed tile, swizzled
+            s = T.alloc_shared((max(tc_vec, tc_scalar) * tr,), dtype)  # transposed tile, swizzled
             reg = T.alloc_local((max(LOADS, SCALAR_LOADS), v), dtype)
             tx = T.get_thread_binding()
             if (R % v == 0) & (C % v == 0):
