@@ -258,5 +258,6 @@ def test_lower_expand_copy_stores_each_vector_in_one_16_byte_store(dtype):
 def test_lower_reduce_sm100a_uses_16_byte_accesses_only():
     func = mr.factory(arch="sm_100a", dtype="bfloat16", out_dtype="float32", mode="weighted")
     src = lower_source(func, "sm_100a", "mr_test")
-    assert "*(uint4*)(y_sorted" in src and "*(float4*)(out" in src
+    assert "*(uint4*)(y_sorted" in src  # 16-byte loads; stores: one st.global.v4 per vector
+    assert src.count("tl::store_global_128(") == 1 and "*(float4*)(out" not in src
     assert "longlong4" not in src and "_256" not in src  # no 32-byte accesses

@@ -49,13 +49,32 @@ def test_spec_table():
         tp.factory(arch="sm_90a", dtype="int64")
 
 
-def test_tiles_are_128_byte_rows_and_4_vectors_per_thread():
+def test_tiles_are_256_byte_rows_on_the_vector_path_and_128_on_the_scalar_path():
     for dtype, size in tp.ITEMSIZE.items():
-        tc = tp.ROW_BYTES // size
         tr = tp.TILE_R[size]
-        threads = tr * tp.CHUNKS_PER_ROW // tp.LOADS
-        assert tc * size == 128 and tr * size >= 128, dtype  # whole 128-byte rows both ways
-        assert threads in (128, 256) and tr * tc * size // 16 == tp.LOADS * threads, dtype
+        paths = ((tp.ROW_BYTES, tp.LOADS), (tp.SCALAR_ROW_BYTES, tp.SCALAR_LOADS))
+        threads = {tr * row_bytes // 16 // loads for row_bytes, loads in paths}
+        assert len(threads) == 1 and threads <= {128, 256}, dtype  # one block shape
+        assert tr * size >= 128, dtype  # whole 128-byte output row segments
+    assert (tp.ROW_BYTES, tp.LOADS, tp.SCALAR_ROW_BYTES, tp.SCALAR_LOADS) == (256, 8, 128, 4)
+
+
+@pytest.mark.parametrize("chunks", [8, 16, 32])
+def test_each_warp_covers_4_rows_by_8_chunks(chunks):
+    """The scatter into the swizzled tile is free of bank conflicts only if each warp's 32
+    vectors are 4 consecutive rows x 8 chunks with distinct chunk % 8 (and the lanes map the
+    whole tile once)."""
+    rows = 64
+    seen = set()
+    for warp in range(rows * chunks // 32):
+        cells = [tp.place(32 * warp + lane, chunks) for lane in range(32)]
+        seen.update(cells)
+        row_set = sorted({r for r, _ in cells})
+        assert len(row_set) == 4 and row_set[0] % 4 == 0 and row_set[-1] == row_set[0] + 3
+        for r in row_set:
+            assert sorted(ch % 8 for rr, ch in cells if rr == r) == list(range(8))
+            assert len({ch // 8 for rr, ch in cells if rr == r}) == 1  # one 128-byte line
+    assert seen == {(r, ch) for r in range(rows) for ch in range(chunks)}
 
 
 @needs_tilelang

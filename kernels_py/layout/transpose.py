@@ -86,14 +86,6 @@ def factory(arch: str, dtype: str):
         assert tc * rvecs == loads * threads and rvecs % 8 == 0 and chunks % 8 == 0
         tiles_c = T.ceildiv(C, tc)
 
-        def place(q):
-            """(row, 16-byte chunk) of the x tile that vector ``q = i * threads + tx`` moves:
-            each 32 consecutive vectors cover 4 rows x 8 chunks (one 128-byte line per row),
-            the next 32 the next 8 chunks of those rows, then the next 4 rows."""
-            lane, group = q % 32, q // 32
-            halves = chunks // 8
-            return group // halves * 4 + lane // 8, group % halves * 8 + lane % 8
-
         @T.macro
         def move(x, y, s, reg, b, bx, by, tx):
             # The grid's longer axis (gridDim.x) walks the longer tile axis (see transpose).
@@ -103,7 +95,7 @@ def factory(arch: str, dtype: str):
             # Load phase. All loads are issued before the first shared-memory store (16 *
             # loads bytes in flight per thread): one register vector per load.
             for i in T.unroll(loads):
-                r, ch = place(i * threads + tx)
+                r, ch = place(i * threads + tx, chunks)
                 row = r0 + r
                 col = c0 + ch * v
                 if vector:
@@ -118,7 +110,7 @@ def factory(arch: str, dtype: str):
                             reg[i, k] = x[b, row, col + k]
             # Scatter each vector's elements into the transposed tile (row c, column r).
             for i in T.unroll(loads):
-                r, ch = place(i * threads + tx)  # ch = c // v for the v elements c moved
+                r, ch = place(i * threads + tx, chunks)  # ch = c // v for the v elements c moved
                 at = T.bitwise_xor(r // v, ch % 8) * v + r % v
                 for k in T.unroll(v):
                     s[(ch * v + k) * tr + at] = reg[i, k]
@@ -171,6 +163,16 @@ def factory(arch: str, dtype: str):
                 scalar_tile(x, y, s, reg, b, bx, by, tx)
 
     return transpose
+
+
+def place(q, chunks: int):
+    """(row, 16-byte chunk) of the x tile that vector ``q = i * threads + tx`` moves, for tile
+    rows of ``chunks`` vectors (a multiple of 8): each 32 consecutive vectors — one warp —
+    cover 4 rows x 8 chunks (one 128-byte line per row), the next 32 the next 8 chunks of those
+    rows, then the next 4 rows. Plain arithmetic: works on ints and on TIR expressions."""
+    lane, group = q % 32, q // 32
+    halves = chunks // 8
+    return group // halves * 4 + lane // 8, group % halves * 8 + lane % 8
 
 
 def reference(x):
