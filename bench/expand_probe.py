@@ -26,6 +26,7 @@ from pathlib import Path
 import ceilings
 import tileaot
 import torch
+from ops.moe_expand import moved_bytes
 from timing import measure
 
 T, H, K, E, ALIGN = 32768, 7168, 8, 256, 16
@@ -37,16 +38,9 @@ def _rate(name: str, us: float, nbytes: int, copy_gbs: float) -> dict:
     return {"name": name, "us": us, "bytes": nbytes, "gbs": gbs, "pct_copy": 100 * gbs / copy_gbs}
 
 
-def _expand_bytes(x: torch.Tensor, idx: torch.Tensor, experts: int) -> int:
-    counts = torch.bincount(idx.flatten().long(), minlength=experts)
-    rows = int(((counts + ALIGN - 1) // ALIGN * ALIGN).sum())
-    row_bytes = x.shape[1] * x.element_size()
-    return x.shape[0] * row_bytes + rows * row_bytes + 2 * idx.numel() * 4
-
-
 def _moe_expand(name, x: torch.Tensor, idx: torch.Tensor, experts: int, copy_gbs: float) -> dict:
     t = measure(lambda: tileaot.moe_expand(x, idx, experts, ALIGN))
-    return _rate(name, t.median_us, _expand_bytes(x, idx, experts), copy_gbs)
+    return _rate(name, t.median_us, moved_bytes(x, idx, experts, ALIGN), copy_gbs)
 
 
 def _topk(experts: int, k: int = K) -> torch.Tensor:

@@ -13,16 +13,23 @@ import tileaot
 import torch
 
 
+def moved_bytes(x, idx, e: int, alignment: int, fp8: bool = False) -> int:
+    """Bytes the op moves (the module docstring's count): x read once, every routed and
+    padding row written once (with its fp32 scales for fp8), idx read and token_pos written."""
+    counts = torch.bincount(idx.flatten().long(), minlength=e)
+    rows_used = int(((counts + alignment - 1) // alignment * alignment).sum())  # sync: setup only
+    h = x.shape[1]
+    row_bytes = h * x.element_size() + (h // 128 * 4 if fp8 else 0)
+    return x.shape[0] * row_bytes + rows_used * row_bytes + 2 * idx.numel() * 4
+
+
 def _case(t: int, h: int, k: int, e: int, alignment: int, fp8: bool = False):
     # Top-k routing: k distinct experts per token, as a router produces.
     idx = torch.rand(t, e, device="cuda").topk(k, dim=-1).indices.int()
     x = torch.randn(t, h, device="cuda")
     x = x.to(torch.float8_e4m3fn) if fp8 else x.bfloat16()
     x_scale = torch.rand(t, h // 128, device="cuda") if fp8 else None
-    counts = torch.bincount(idx.flatten().long(), minlength=e)
-    rows_used = int(((counts + alignment - 1) // alignment * alignment).sum())  # sync: setup only
-    row_bytes = h * x.element_size() + (h // 128 * 4 if fp8 else 0)
-    nbytes = t * row_bytes + rows_used * row_bytes + 2 * idx.numel() * 4
+    nbytes = moved_bytes(x, idx, e, alignment, fp8)
 
     def torch_eager():
         order = torch.sort(idx.flatten(), stable=True).indices

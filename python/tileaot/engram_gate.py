@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
@@ -178,9 +179,7 @@ def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any):
 
 def _value_rows(shape: tuple, v_shape: tuple) -> int:
     """Rows of v: h's rows, or one per run of ``shape[-2]`` rows when v is shared."""
-    rows = 1
-    for d in v_shape[:-1]:
-        rows *= d
+    rows = math.prod(v_shape[:-1])
     if v_shape == shape:
         return rows
     if len(shape) < 2:
