@@ -78,14 +78,14 @@ FIXTURE = {
     },
     ("moe_expand", "bf16"): (
         "x[T_1,H] idx[T_1,K] x_sorted[P,H] expert_offsets[E + 1] token_pos[T_1,K] "
-        "chunk_counts[(T_1 * K + 1024 - 1) // 1024,E] expert_counts[E]",
+        "chunk_counts[(T_1 * K + 1024 - 1) // 1024,E] expert_counts[E] work[T_1 * K]",
         {},
         [{"E": e} for e in (128, 256, 64)],
     ),
     ("moe_expand", "e4m3"): (
         "x[T_1,H] x_scale[T_1,H // 128] idx[T_1,K] x_sorted[P,H] x_sorted_scale[P,H // 128] "
         "expert_offsets[E + 1] token_pos[T_1,K] chunk_counts[(T_1 * K + 1024 - 1) // 1024,E] "
-        "expert_counts[E]",
+        "expert_counts[E] work[T_1 * K]",
         {"H": 128},
         [{"E": e} for e in (128, 256, 64)],
     ),

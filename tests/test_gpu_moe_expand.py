@@ -50,7 +50,8 @@ def _routing(tokens: int, slots: int, experts: int, used: int | None = None) -> 
 
 
 # (tokens, slots, experts, experts used, hidden): generic and specialised E, odd sizes,
-# more entries than one chunk (1024) and than one block of chunks (4096).
+# more entries than one chunk (1024) and than one window of the copy (2048), a last window
+# that is not full.
 CASES = [
     (1, 1, 1, None, 256),
     (37, 8, 256, None, 7168),
@@ -83,7 +84,7 @@ def _call(key, tokens, slots, experts, used, h, alignment):
         xss = torch.full((rows, h // GROUP), float("nan"), device="cuda")
         out += (xss,)
         shapes = shapes[:1] + [x_scale.shape] + shapes[1:3] + [xss.shape] + shapes[3:]
-    name = _select(key, [*shapes, (chunks, experts), (experts,)])
+    name = _select(key, [*shapes, (chunks, experts), (experts,), (tokens * slots,)])
     SEEN.add(name)
     result = tileaot.moe_expand(x, idx, experts, alignment, x_scale=x_scale, out=out)
     torch.cuda.synchronize()

@@ -190,10 +190,10 @@ def test_factories_reject_unknown_keys():
 
 
 @needs_tilelang
-def test_lower_expand_has_five_kernels_and_16_byte_copies():
+def test_lower_expand_has_four_kernels_and_16_byte_copies():
     src = lower_source(mx.factory(arch="sm_90a", dtype="bfloat16", E=256), "sm_90a", "mx_test")
-    kernels = [f"mx_test_kernel{s}(" for s in ("", "_1", "_2", "_3", "_4")]
-    assert src.count("__global__ void __launch_bounds__") == 5
+    kernels = [f"mx_test_kernel{s}(" for s in ("", "_1", "_2", "_3")]
+    assert src.count("__global__ void __launch_bounds__") == 4
     assert all(k in src for k in kernels)
     assert "__match_any_sync" in src and "__popc" in src
     assert "if ((H % 8) == 0)" in src or "if (((H % 8) == 0))" in src  # and the scalar path
@@ -209,20 +209,20 @@ def test_lower_expand_chains_its_kernels_by_pdl(dtype):
     func = mx.factory(arch="sm_90a", dtype=dtype, E=256).with_attr("global_symbol", "mxc")
     artifact = lower(func, "sm_90a")
     kernels = kernels_of(artifact, signature_of(func))
-    assert [k["pdl"] for k in kernels] == [False, True, True, True, True]
-    count, scan, rank, pad, copy = artifact.kernel_source.split(
-        "__global__ void __launch_bounds__"
-    )[1:]
+    assert [k["pdl"] for k in kernels] == [False, True, True, True]
+    count, scan, rank, copy = artifact.kernel_source.split("__global__ void __launch_bounds__")[1:]
     wait, release = "cudaGridDependencySynchronize();", "cudaTriggerProgrammaticLaunchCompletion"
     assert wait not in count and release in count
     assert scan.index(wait) < scan.index(release) < scan.index("chunk_counts[")
     # rank: the idx loads come first, then the wait, then the counts of the scan.
     assert rank.index("flat[") < rank.index(wait) < rank.index(release)
     assert rank.index(wait) < rank.index("expert_counts[")
-    assert pad.index(wait) < pad.index(release) < pad.index("expert_offsets[")
-    # copy: the row loads, the wait, then the positions; it never releases early.
-    row_load = "*(uint4*)(x +" if dtype == "bfloat16" else "*(fp8_e4_16_t*)(x +"
-    assert copy.index(row_load) < copy.index(wait) < copy.index("flat_pos[")
+    # rank writes the copy's work list after its wait.
+    assert rank.index(wait) < rank.index("work[")
+    # copy: everything it reads first comes from rank, so it waits first; never releases early.
+    assert copy.index(wait) < copy.index("work[") < copy.index("flat_pos[")
+    assert copy.index(wait) < copy.index("expert_offsets[")
+    assert copy.index(wait) < copy.index("tileaot_load_keep(")
     assert release not in copy
 
 
@@ -235,23 +235,37 @@ def test_lower_expand_without_pdl_below_sm_90_and_with_it_above(arch):
 
 @needs_tilelang
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
-def test_lower_expand_copy_stores_each_vector_in_one_16_byte_store(dtype):
-    # The copy kernel stores each 16-byte vector of the row with one explicit st.global.v4
-    # (NVRTC/nvcc split one of TileLang's uint4 stores into four 4-byte ones); the unaligned
-    # bf16 path keeps its scalar stores and the pad kernel its zero vectors.
+def test_lower_expand_copy_moves_16_byte_vectors_with_l2_hints(dtype):
+    # The copy gathers x rows (loads evict-last: read again by the window's other experts) and
+    # writes x_sorted (stores evict-first) through the two functions of mx.L2_HINTS, which
+    # T.import_source puts into the kernel source; the unaligned bf16 path keeps plain scalar
+    # accesses and the padding blocks their zero vectors.
     src = lower_source(mx.factory(arch="sm_90a", dtype=dtype, E=256), "sm_90a", "mxs")
+    assert mx.L2_HINTS.strip() in src
+    assert "L2::evict_last" in mx.L2_HINTS and "L2::evict_first" in mx.L2_HINTS
     kernels = src.split("__global__ void __launch_bounds__")[1:]
-    assert len(kernels) == 5
-    pad, copy = kernels[3], kernels[4]
-    assert "store_global_128" not in "".join(kernels[:4])
+    assert len(kernels) == 4
+    copy = kernels[3]
+    assert "tileaot_" not in "".join(kernels[:3])
+    pad = copy[copy.index("expert_offsets[") :]  # the padding blocks' branch
     assert "*(uint4*)(x_sorted" in pad or "*(fp8_e4_16_t*)(x_sorted" in pad
-    # One store in the unrolled vector loop: to x_sorted, of the fragment's 4 words at u * 4.
-    assert copy.count("tl::store_global_128(") == 1
-    store = copy[copy.index("tl::store_global_128(") :].split(";")[0]
-    assert "x_sorted[" in store and "*(uint4*)(frag_bits + (u_1 * 4))" in store
-    assert "*(uint4*)(x_sorted" not in copy and "*(fp8_e4_16_t*)(x_sorted" not in copy
-    if dtype == "bfloat16":  # the scalar path for H % 8 != 0 is unchanged
-        assert "x_sorted[" in copy.split("} else {")[-1]
+    # One call of each in the unrolled vector loops: rows of x in, rows of x_sorted out.
+    assert copy.count("tileaot_load_keep(") == 1 and copy.count("tileaot_store_stream(") == 1
+    load = copy[copy.index("tileaot_load_keep(") :].split(";")[0]
+    store = copy[copy.index("tileaot_store_stream(") :].split(";")[0]
+    assert "(&(frag[" in load and "(&(x[" in load
+    assert "(&(x_sorted[" in store and "(&(frag[" in store
+    slots = copy[: copy.index("expert_offsets[")]  # the work list's branch
+    assert "*(uint4*)(x_sorted" not in slots and "*(fp8_e4_16_t*)(x_sorted" not in slots
+    if dtype == "bfloat16":  # the scalar path for H % 8 != 0: x_sorted[...] = vals[u]
+        assert "if ((H % 8) == 0)" in slots and "] = vals[" in slots
+
+
+@needs_tilelang
+def test_expand_for_hip_has_no_cuda_hints():
+    # HIP gets plain vector copies (the hints are PTX); its lowering is tested in test_hip.py.
+    assert "tileaot_" not in mx.factory(arch="gfx942", dtype="bfloat16", E=256).script()
+    assert "tileaot_load_keep" in mx.factory(arch="sm_80", dtype="bfloat16", E=256).script()
 
 
 @needs_tilelang

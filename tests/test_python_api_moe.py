@@ -290,10 +290,11 @@ def test_expand_bf16_launch_arguments(fake, cpu_as_cuda, e, align):
     (launch,) = fake.launches
     assert launch.ptrs[:5] == (x.data_ptr(), i.data_ptr(), xs.data_ptr(), offsets.data_ptr(),
                                pos.data_ptr())  # fmt: skip
-    # One chunk of counts, then the totals on the next 16-byte boundary.
+    # One chunk of counts, then the totals, then the work list, each on a 16-byte boundary.
     assert launch.ptrs[6] - launch.ptrs[5] == -(-e // 4) * 16
-    assert launch.ptrs[5] % 16 == 0 and launch.ptrs[6] % 16 == 0
-    assert launch.shapes == (6, 256, 6, 4, rows, 256, e + 1, 6, 4, 1, e, e)
+    assert launch.ptrs[7] - launch.ptrs[6] == -(-e // 4) * 16
+    assert all(p % 16 == 0 for p in launch.ptrs[5:8])
+    assert launch.shapes == (6, 256, 6, 4, rows, 256, e + 1, 6, 4, 1, e, e, 24)
     assert (launch.handle, launch.device, launch.stream, launch.scalars) == (
         1001,
         0,
@@ -314,7 +315,10 @@ def test_expand_fp8_launch_arguments(fake, cpu_as_cuda):
     (launch,) = fake.launches
     assert launch.ptrs[:7] == tuple(v.data_ptr() for v in (x, s, i, xs, xs_scale, offsets, pos))
     assert launch.ptrs[8] - launch.ptrs[7] == 3 * 64 * 4
-    assert launch.shapes == (3, 384, 3, 3, 3, 1000, rows, 384, rows, 3, 65, 3, 1000, 3, 64, 64)
+    assert launch.ptrs[9] - launch.ptrs[8] == 64 * 4
+    assert launch.shapes == (
+        (3, 384, 3, 3, 3, 1000, rows, 384, rows, 3, 65, 3, 1000, 3, 64, 64, 3000)
+    )
     assert launch.scalars == (128,)
 
 
@@ -348,7 +352,7 @@ def test_expand_accepts_integer_scalars(fake, cpu_as_cuda):
 
     expand(t(2, 64), idx(2, 2), np.int64(8), torch.tensor(16).numpy()[()])
     assert fake.launches[0].scalars == (16,) and type(fake.launches[0].scalars[0]) is int
-    assert fake.launches[0].shapes[-1] == 8
+    assert fake.launches[0].shapes[-2] == 8  # E (the last shape is the work list's T * K)
 
 
 # --- moe_reduce launches ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ up to a multiple of ``alignment``. ``token_pos[t, j]`` is the row holding (t, j)
 ``x_sorted`` has ``P = T*K + E*(alignment - 1)`` rows, the most any routing can use, so the host
 never waits for the counts; rows at or past ``offsets[E]`` are not written.
 
-Five kernels, run in order on one stream (one prim_func, several ``T.Kernel`` blocks; the
+Four kernels, run in order on one stream (one prim_func, several ``T.Kernel`` blocks; the
 generated launcher keeps their order). An entry is (t, j), flattened to ``g = t*K + j``; the
 entries are cut into chunks of ``CHUNK`` consecutive ones, each handled by one warp (32 entries
 per lane, all loaded up front into registers):
@@ -19,22 +19,34 @@ per lane, all loaded up front into registers):
 1. count: per chunk, a shared-memory histogram over experts → ``chunk_counts[c, e]``.
 2. scan: per expert, an exclusive prefix over the chunks (in place) and the total
    ``expert_counts[e]``. A block of 32 warps covers 32 experts, each warp a run of chunks.
-3. rank: each block scans the padded totals (the offsets; block 0 writes ``expert_offsets``),
-   then each warp walks its chunk 32 entries at a time in order: ``__match_any_sync`` groups
-   equal experts, the rank among them is a popcount of the lower lanes, and a per-warp
+3. rank: one block per window (a few consecutive chunks, one warp each). It scans the padded
+   totals (the offsets; block 0 writes ``expert_offsets``) and the window's own counts per
+   expert, then each warp walks its chunk 32 entries at a time in order: ``__match_any_sync``
+   groups equal experts, the rank among them is a popcount of the lower lanes, and a per-warp
    shared counter per expert (started at offsets[e] + chunk prefix) advances. Positions are
-   therefore deterministic: ascending token, then slot, inside each expert.
-4. pad: zero the padding rows, ``PAD_ROWS`` rows per block, grid (ceil((alignment-1)/8), E);
-   with alignment 1 the grid is empty and the launcher skips it.
-5. copy: one block per (token, 16 KB of its row) loads that piece once (16-byte vectors, in
-   registers) and stores it to each of the token's K rows (one explicit st.global.v4 per
-   vector); block column 0 also copies the fp8 scales.
+   therefore deterministic: ascending token, then slot, inside each expert. Each entry also
+   gets a slot in ``work`` (the copy's work list, one slot per entry): the window's slots
+   hold its entries ordered by expert, then row; slots of dropped entries (at the window's
+   end) hold -1.
+4. copy: each block takes a few consecutive slots of ``work`` and 16 KB of their rows: it
+   loads the pieces of x (16-byte vectors, in registers), then stores them to their rows of
+   x_sorted; block column 0 also copies the fp8 scales. Blocks past the work list zero the
+   padding rows, ``PAD_ROWS`` rows each (none with alignment 1).
+
+Why a work list instead of one block per token storing its row K times: the copy writes 8 of
+every 9 bytes, and DRAM writes are fastest when the blocks in flight write near one another.
+Scattering a token's row to its K experts keeps every one of the E expert regions of x_sorted
+open at once (with top-k over 256 experts: 85 % of copy bandwidth, against 90 % for the same
+kernel writing ascending rows). Walking a window's entries expert by expert writes one or two
+regions at a time; the window's rows of x (256 tokens, 3.5 MB at H = 7168 bf16) are read K
+times, from L2 after the first (L2_HINTS keeps them there): 92 % of copy on an H200
+(bench/results/2026-11-29-h200-tuning.md, "Session 7").
 
 On sm_90+ the kernels chain by programmatic dependent launch (``PDL`` below): each starts
 while its predecessor finishes and waits for it before reading what it wrote.
 
-The copy reads x once and writes each routed row once: bandwidth-bound by design. Kernels
-1-3 touch only the int32 metadata (a few MB at most).
+The copy reads x once from DRAM and writes each routed row once: bandwidth-bound by design.
+Kernels 1-3 touch only the int32 metadata (a few MB at most).
 
 Dtypes: bf16 (vectorised when ``H % 8 == 0``, scalar otherwise) and OCP e4m3fn with
 per-128-column fp32 scales (``H % 128 == 0``). Rows are copied as bytes: bit-exact, NaN
@@ -53,25 +65,70 @@ GROUP = 128  # fp8: columns per scale
 E_MAX = 1024  # generic variant: largest number of experts
 SPEC_E = (64, 128, 256)
 
-WARPS = 4  # count and rank kernels: warps per block, one chunk each
+WARPS = 4  # count kernel: warps per block, one chunk each
 CHUNK = 1024  # entries per chunk: 32 per lane
+# The copy walks the entries window by window (bf16: WINDOW_CHUNKS chunks, 256 tokens at K =
+# 8; fp8: twice as many), in each window expert by expert: its writes stay in a few expert
+# regions of x_sorted at a time while the window's rows of x are read from L2 (see the module
+# docstring). One rank block per window, one warp per chunk.
+WINDOW_CHUNKS = 2
 SCAN_WARPS = 32  # scan kernel: 32 warps (chunk runs) x 32 lanes (experts) per block
 COPY_THREADS = 128
-# 16-byte vectors per thread per row chunk: 8 makes a chunk 16 KB, one CTA per token for rows
-# up to 8192 bf16 (1188 us against 1225 us with 4 KB chunks, H200, T = 32768, H = 7168,
-# bench/results/2026-11-29-h200-tuning.md); unused vectors of shorter rows are skipped.
+# bf16: 16-byte vectors per thread per row chunk (8: a chunk is 16 KB, rows up to 8192 in one
+# block; fp8 takes half as many per row and twice the rows); unused vectors of shorter rows are
+# skipped.
 COPY_UNROLL = 8
+COPY_ROWS = 2  # bf16 work-list slots (rows) per copy block: all their loads before a store
+SCALAR_STEP = 8  # unaligned bf16 rows: elements per thread between loads and stores
 PAD_ROWS = 8  # padding rows zeroed per padding block
-# PDL: programmatic dependent launch between the five kernels (sm_90 and newer only; older
+# PDL: programmatic dependent launch between the four kernels (sm_90 and newer only; older
 # targets and HIP keep plain stream order). A kernel waits for its predecessor before touching
 # anything it wrote, and only then lets its own successor launch, so each wait also covers
-# every kernel before it. Work done before the wait reads only x and idx, which no kernel of
-# the op writes: the rank kernel's idx loads and the copy's row load. The count kernel never
-# waits, so it still starts after all earlier work on the stream. Measured on an H200
-# (bench/tune.py, T = 32768, H = 7168, E = 256): 1167.7 -> 1164.3 us bf16 a16, 652.9 ->
-# 649.3 us e4m3 a128; an earlier run 1172.5 -> 1161.8 (bench/results/2026-11-29-h200-tuning.md,
-# "Session 5").
+# every kernel before it. Work done before the wait reads only idx, which no kernel of the op
+# writes: the rank kernel's idx loads (the copy needs the work list before it can load a row).
+# The count kernel never waits, so it still starts after all earlier work on the stream.
+# Measured on an H200 with the earlier copy, which loaded its row before the wait (bench/tune.py,
+# T = 32768, H = 7168, E = 256): 1167.7 -> 1164.3 us bf16 a16, 652.9 -> 649.3 us e4m3 a128
+# (bench/results/2026-11-29-h200-tuning.md, "Session 5").
 PDL = True
+
+# The copy's 16-byte loads and stores on CUDA, with L2 eviction hints: x is read evict-last (the
+# window's other experts read the same rows again from L2), x_sorted written evict-first (this
+# op never reads it back), so the written rows do not push the window's rows of x out of L2.
+# Measured on an H200 (bf16, T = 32768, H = 7168, K = 8, E = 256, copy kernels alone):
+# windowed gather 1128 us plain, 1069 us with both hints; scattering each token to its K rows
+# as before, 1152 us (bench/results/2026-11-29-h200-tuning.md, "Session 7"). Before sm_80
+# (no createpolicy) the same accesses without hints. TileLang 0.1.15 has no hinted ld/st, so
+# the two functions are C++ placed in the kernel source by T.import_source.
+L2_HINTS = r"""
+__device__ __forceinline__ void tileaot_load_keep(void *dst, const void *src) {
+  unsigned int a, b, c, d;
+#if __CUDA_ARCH__ >= 800
+  unsigned long long policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(src), "l"(policy));
+#else
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(src));
+#endif
+  unsigned int *out = (unsigned int *)dst;
+  out[0] = a; out[1] = b; out[2] = c; out[3] = d;
+}
+__device__ __forceinline__ void tileaot_store_stream(void *dst, const void *src) {
+  const unsigned int *in = (const unsigned int *)src;
+#if __CUDA_ARCH__ >= 800
+  unsigned long long policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+               :: "l"(dst), "r"(in[0]), "r"(in[1]), "r"(in[2]), "r"(in[3]), "l"(policy)
+               : "memory");
+#else
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+               :: "l"(dst), "r"(in[0]), "r"(in[1]), "r"(in[2]), "r"(in[3]) : "memory");
+#endif
+}
+"""
 
 
 def factory(arch: str, dtype: str, E: int | None = None):
@@ -98,7 +155,11 @@ def _build(dtype: str, e_static: int | None, arch: str):
     fp8 = dtype == "float8_e4m3fn"
     vec = 16 // ITEMSIZE[dtype]
     e_max = E_MAX if e_static is None else e_static
-    per_thread = -(-e_max // (32 * WARPS))  # experts per thread in the offsets scan
+    # Windows of the same bytes of x for both dtypes: WINDOW_CHUNKS chunks for bf16, twice as
+    # many for fp8 (its rows are half as long).
+    wchunks = WINDOW_CHUNKS * 2 // ITEMSIZE[dtype]
+    window = wchunks * CHUNK  # entries (slots of the work list) per window
+    per_thread = -(-e_max // (32 * wchunks))  # experts per thread in the rank's scans
     Tn = T.dynamic("T")
     H = T.dynamic("H")
     K = T.dynamic("K")
@@ -107,36 +168,39 @@ def _build(dtype: str, e_static: int | None, arch: str):
     NC = (Tn * K + CHUNK - 1) // CHUNK
     G = H // GROUP
 
-    chunk = COPY_THREADS * vec * COPY_UNROLL  # row elements per copy block (16 KB)
+    # Per copy block: `rows` slots, `chunk` elements of each (16 KB bf16 / 8 KB fp8 rows, 2 / 4
+    # rows): the same bytes in flight and registers for both dtypes.
+    rows = COPY_ROWS * 2 // ITEMSIZE[dtype]
+    unroll = COPY_UNROLL * ITEMSIZE[dtype] // 2
+    chunk = COPY_THREADS * vec * unroll
     cuda = arch.startswith("sm_")
     # griddepcontrol needs sm_90 (TileLang refuses PDL calls when lowering for older targets);
     # HIP has none.
     pdl = PDL and cuda and int(arch[3:].rstrip("af")) >= 90
-    vec_copy, vec_zero = _row_ops(T, H, K, P, G, vec, COPY_UNROLL, dtype, fp8, cuda, pdl)
-    scalar_copy, scalar_zero = _row_ops(T, H, K, P, G, 1, vec * COPY_UNROLL, dtype, fp8, cuda, pdl)
+    vec_copy, vec_zero = _row_ops(T, H, P, rows, vec, unroll, dtype, cuda)
+    scalar_copy, scalar_zero = _row_ops(T, H, P, rows, 1, vec * unroll, dtype, cuda)
 
     @T.macro
-    def copy_chunk(x, xsc, xs, xss, pos, t, c, tx):
+    def copy_chunk(x, xs, src, dst, c, tx):
         if fp8:  # H % 128 == 0 (a constraint): rows always start 16-byte aligned
             T.assume(H % vec == 0)
-            vec_copy(x, xsc, xs, xss, pos, t, c, tx)
+            vec_copy(x, xs, src, dst, c, tx)
         elif H % vec == 0:  # bf16: 16-byte vectors while rows stay aligned, scalars otherwise
             T.assume(H % vec == 0)
-            vec_copy(x, xsc, xs, xss, pos, t, c, tx)
+            vec_copy(x, xs, src, dst, c, tx)
         else:
-            scalar_copy(x, xsc, xs, xss, pos, t, c, tx)
+            scalar_copy(x, xs, src, dst, c, tx)
 
     @T.macro
-    def zero_row(xs, row, tx):
-        for c in T.serial(T.ceildiv(H, chunk)):
-            if fp8:
-                T.assume(H % vec == 0)
-                vec_zero(xs, row, c, tx)
-            elif H % vec == 0:
-                T.assume(H % vec == 0)
-                vec_zero(xs, row, c, tx)
-            else:
-                scalar_zero(xs, row, c, tx)
+    def zero_chunk(xs, row, c, tx):
+        if fp8:
+            T.assume(H % vec == 0)
+            vec_zero(xs, row, c, tx)
+        elif H % vec == 0:
+            T.assume(H % vec == 0)
+            vec_zero(xs, row, c, tx)
+        else:
+            scalar_zero(xs, row, c, tx)
 
     @T.macro
     def wait_then_release():
@@ -204,53 +268,85 @@ def _build(dtype: str, e_static: int | None, arch: str):
                 expert_counts[e] = total
 
     @T.macro
-    def rank_kernel(idx, expert_offsets, token_pos, chunk_counts, expert_counts, alignment):
-        with T.Kernel(T.ceildiv(NC, WARPS), threads=32 * WARPS) as b:
+    def expert_scan(vals, dst, lane, w, tx):
+        # Exclusive scan over the experts of `vals` (thread tx holds experts
+        # [tx * per_thread, (tx + 1) * per_thread)) into shared dst[e]; dst[E] gets the total.
+        warp_sum = T.alloc_shared((wchunks,), "int32")
+        mine = T.alloc_var("int32", init=0)
+        for u in T.unroll(per_thread):
+            mine += vals[u]
+        incl = T.alloc_var("int32", init=mine)
+        for d in T.unroll(5):
+            up = T.shfl_up(incl, 1 << d)
+            if lane >= (1 << d):
+                incl += up
+        if lane == 31:
+            warp_sum[w] = incl
+        start = T.alloc_var("int32", init=incl - mine)
+        for v in T.unroll(wchunks):
+            start += T.if_then_else(v < w, warp_sum[v], 0)
+        for u in T.unroll(per_thread):
+            e = tx * per_thread + u
+            if e < E:
+                dst[e] = start
+            start += vals[u]
+        if tx == 32 * wchunks - 1:
+            dst[E] = start  # the last thread ends at the grand total
+
+    @T.macro
+    def rank_kernel(idx, expert_offsets, token_pos, chunk_counts, expert_counts, work, alignment):
+        # Block b = window b: chunks [b * wchunks, (b + 1) * wchunks), one warp each.
+        with T.Kernel(T.ceildiv(NC, wchunks), threads=32 * wchunks) as b:
             tx = T.get_thread_binding()
             w = tx // 32
             lane = tx % 32
-            c = b * WARPS + w
+            c = b * wchunks + w
+            c0 = b * wchunks  # the window's first chunk
             flat = T.reshape(idx, (Tn * K,))
             flat_pos = T.reshape(token_pos, (Tn * K,))
             ev = T.alloc_local((CHUNK // 32,), "int32")
-            for i in T.unroll(CHUNK // 32):  # issue the chunk's loads before the scan
+            for i in T.unroll(CHUNK // 32):  # issue the chunk's loads before the scans
                 g = c * CHUNK + i * 32 + lane
                 ev[i] = T.if_then_else(g < Tn * K, flat[g], -1)
             wait_then_release()  # the loads above read idx only
 
-            # Offsets: exclusive scan of the padded counts; thread tx owns `per_thread`
-            # consecutive experts. Warp scans by shuffles, then across the warps.
+            # Two scans over the experts: the padded totals give the offsets (block 0 writes
+            # expert_offsets); the window's own counts give where each expert's run starts in
+            # the window's slots of the work list.
             padded = T.alloc_local((per_thread,), "int32")
-            warp_sum = T.alloc_shared((WARPS,), "int32")
-            offsets = T.alloc_shared((e_max,), "int32")
-            mine = T.alloc_var("int32", init=0)
+            in_window = T.alloc_local((per_thread,), "int32")
+            before = T.alloc_local((per_thread,), "int32")
             for u in T.unroll(per_thread):
                 e = tx * per_thread + u
                 n = T.if_then_else(e < E, expert_counts[e], 0)
                 padded[u] = (n + alignment - 1) // alignment * alignment
-                mine += padded[u]
-            incl = T.alloc_var("int32", init=mine)
-            for d in T.unroll(5):
-                up = T.shfl_up(incl, 1 << d)
-                if lane >= (1 << d):
-                    incl += up
-            if lane == 31:
-                warp_sum[w] = incl
-            start = T.alloc_var("int32", init=incl - mine)
-            for v in T.unroll(WARPS):
-                start += T.if_then_else(v < w, warp_sum[v], 0)
+                before[u] = T.if_then_else(e < E, chunk_counts[c0, e], 0)
+                # the prefix after the window: the next window's, or the totals
+                more = (e < E) & (c0 + wchunks < NC)
+                after = T.if_then_else(more, chunk_counts[c0 + wchunks, e], n)
+                in_window[u] = T.if_then_else(e < E, after - before[u], 0)
+            offsets = T.alloc_shared((e_max + 1,), "int32")
+            starts = T.alloc_shared((e_max + 1,), "int32")
+            expert_scan(padded, offsets, lane, w, tx)
+            expert_scan(in_window, starts, lane, w, tx)
+            # slot of the entry at row p of expert e: p + shift[e]
+            shift = T.alloc_shared((e_max,), "int32")
             for u in T.unroll(per_thread):
                 e = tx * per_thread + u
                 if e < E:
-                    offsets[e] = start
+                    shift[e] = b * window + starts[e] - offsets[e] - before[u]
                     if b == 0:
-                        expert_offsets[e] = start
-                start += padded[u]
-            if (b == 0) & (tx == 32 * WARPS - 1):
-                expert_offsets[E] = start  # the last thread ends at the grand total
+                        expert_offsets[e] = offsets[e]
+            if (b == 0) & (tx == 0):
+                expert_offsets[E] = offsets[E]
+            # Dropped entries leave the window's last slots empty: mark them.
+            for i in T.serial(T.ceildiv(window, 32 * wchunks)):
+                s = b * window + starts[E] + i * 32 * wchunks + tx
+                if (s < (b + 1) * window) & (s < Tn * K):
+                    work[s] = -1
 
             # Per-warp running row of each expert in this chunk.
-            cnt = T.alloc_shared((WARPS, e_max), "int32")
+            cnt = T.alloc_shared((wchunks, e_max), "int32")
             for i in T.serial(T.ceildiv(E, 32)):
                 e = i * 32 + lane
                 if e < E:
@@ -276,30 +372,65 @@ def _build(dtype: str, e_static: int | None, arch: str):
                 g = c * CHUNK + i * 32 + lane
                 if g < Tn * K:
                     flat_pos[g] = p
+                    if valid:
+                        work[p + shift[e]] = g
 
     @T.macro
-    def pad_kernel(x_sorted, x_sorted_scale, expert_offsets, expert_counts, alignment):
-        # Zero rows [offsets[e] + count[e], offsets[e + 1]): PAD_ROWS rows per block. With
-        # alignment 1 the grid is empty and the launcher skips the kernel.
-        with T.Kernel(T.ceildiv(alignment - 1, PAD_ROWS), E, threads=COPY_THREADS) as (q, e):
-            tx = T.get_thread_binding()
-            wait_then_release()
-            first = T.alloc_var("int32", init=expert_offsets[e] + expert_counts[e] + q * PAD_ROWS)
-            end = T.alloc_var("int32", init=T.min(expert_offsets[e + 1], P))
-            for r in T.serial(PAD_ROWS):
-                if first + r < end:
-                    zero_row(x_sorted, first + r, tx)
-                    if fp8:
+    def pad_rows(x_sorted, x_sorted_scale, expert_offsets, expert_counts, e, q, c, tx):
+        # Zero rows [offsets[e] + count[e], offsets[e + 1]): PAD_ROWS rows from the q-th.
+        first = T.alloc_var("int32", init=expert_offsets[e] + expert_counts[e] + q * PAD_ROWS)
+        end = T.alloc_var("int32", init=T.min(expert_offsets[e + 1], P))
+        for r in T.serial(PAD_ROWS):
+            if first + r < end:
+                zero_chunk(x_sorted, first + r, c, tx)
+                if fp8:
+                    if c == 0:
                         for i in T.serial(T.ceildiv(G, COPY_THREADS)):
                             if i * COPY_THREADS + tx < G:
                                 x_sorted_scale[first + r, i * COPY_THREADS + tx] = T.float32(0)
 
     @T.macro
-    def copy_kernel(x, x_scale, token_pos, x_sorted, x_sorted_scale):
-        # One block per (token, 16 KB of its row): read once, stored to each of its K rows.
-        with T.Kernel(Tn, T.ceildiv(H, chunk), threads=COPY_THREADS) as (t, c):
+    def copy_slots(x, x_scale, token_pos, work, x_sorted, x_sorted_scale, b, c, tx):
+        # `rows` slots of the work list from slot b * rows: `chunk` elements of each row.
+        if cuda:
+            T.import_source(L2_HINTS)
+        flat_pos = T.reshape(token_pos, (Tn * K,))
+        src = T.alloc_local((rows,), "int32")  # the slot's token, or -1
+        dst = T.alloc_local((rows,), "int32")  # its row of x_sorted
+        for r in T.unroll(rows):
+            s = b * rows + r
+            g = T.alloc_var("int32", init=T.if_then_else(s < Tn * K, work[s], -1))
+            src[r] = T.if_then_else(g >= 0, g // K, -1)
+            dst[r] = T.if_then_else(g >= 0, flat_pos[g], -1)
+        if fp8:  # the chunk's chunk / GROUP scales, one per thread, loaded with the row
+            sc = T.alloc_local((rows,), "float32")
+            col = c * (chunk // GROUP) + tx
+            mine = (tx < chunk // GROUP) & (col < G)
+            for r in T.unroll(rows):
+                sc[r] = T.if_then_else(mine & (src[r] >= 0), x_scale[src[r], col], T.float32(0))
+        copy_chunk(x, x_sorted, src, dst, c, tx)
+        if fp8:
+            for r in T.unroll(rows):
+                if mine & (src[r] >= 0) & (dst[r] >= 0) & (dst[r] < P):
+                    x_sorted_scale[dst[r], col] = sc[r]
+
+    @T.macro
+    def copy_kernel(x, xsc, token_pos, work, xs, xss, expert_offsets, expert_counts, alignment):
+        # Blocks [0, slot_blocks) copy the work list's slots, the E * pad_blocks after them
+        # zero the padding rows (none with alignment 1); blockIdx.y: `chunk` elements of a row.
+        slot_blocks = T.ceildiv(Tn * K, rows)
+        pad_blocks = T.ceildiv(alignment - 1, PAD_ROWS)  # per expert
+        grid = (slot_blocks + E * pad_blocks, T.ceildiv(H, chunk))
+        with T.Kernel(*grid, threads=COPY_THREADS) as (b, c):
             tx = T.get_thread_binding()
-            copy_chunk(x, x_scale, x_sorted, x_sorted_scale, token_pos, t, c, tx)
+            if pdl:  # work, token_pos and the offsets are the rank kernel's
+                T.pdl_sync()
+            if b < slot_blocks:
+                copy_slots(x, xsc, token_pos, work, xs, xss, b, c, tx)
+            else:
+                e = (b - slot_blocks) // pad_blocks
+                q = (b - slot_blocks) % pad_blocks
+                pad_rows(xs, xss, expert_offsets, expert_counts, e, q, c, tx)
 
     if fp8:
 
@@ -314,13 +445,25 @@ def _build(dtype: str, e_static: int | None, arch: str):
             token_pos: T.Tensor((Tn, K), "int32"),
             chunk_counts: T.Tensor((NC, E), "int32"),
             expert_counts: T.Tensor((E,), "int32"),
+            work: T.Tensor((Tn * K,), "int32"),
             alignment: T.int32,
         ):
             count_kernel(idx, chunk_counts)
             scan_kernel(chunk_counts, expert_counts)
-            rank_kernel(idx, expert_offsets, token_pos, chunk_counts, expert_counts, alignment)
-            pad_kernel(x_sorted, x_sorted_scale, expert_offsets, expert_counts, alignment)
-            copy_kernel(x, x_scale, token_pos, x_sorted, x_sorted_scale)
+            rank_kernel(
+                idx, expert_offsets, token_pos, chunk_counts, expert_counts, work, alignment
+            )
+            copy_kernel(
+                x,
+                x_scale,
+                token_pos,
+                work,
+                x_sorted,
+                x_sorted_scale,
+                expert_offsets,
+                expert_counts,
+                alignment,
+            )
 
         return moe_expand
 
@@ -333,78 +476,98 @@ def _build(dtype: str, e_static: int | None, arch: str):
         token_pos: T.Tensor((Tn, K), "int32"),
         chunk_counts: T.Tensor((NC, E), "int32"),
         expert_counts: T.Tensor((E,), "int32"),
+        work: T.Tensor((Tn * K,), "int32"),
         alignment: T.int32,
     ):
         count_kernel(idx, chunk_counts)
         scan_kernel(chunk_counts, expert_counts)
-        rank_kernel(idx, expert_offsets, token_pos, chunk_counts, expert_counts, alignment)
-        pad_kernel(x_sorted, None, expert_offsets, expert_counts, alignment)
-        copy_kernel(x, None, token_pos, x_sorted, None)
+        rank_kernel(idx, expert_offsets, token_pos, chunk_counts, expert_counts, work, alignment)
+        copy_kernel(
+            x, None, token_pos, work, x_sorted, None, expert_offsets, expert_counts, alignment
+        )
 
     return moe_expand
 
 
-def _row_ops(T, H, K, P, G, vec: int, unroll: int, dtype: str, fp8: bool, cuda: bool, pdl: bool):
-    """Macros copying one chunk of a row of x to its K rows of x_sorted, and zeroing one chunk
-    of a row of x_sorted.
+def _row_ops(T, H, P, rows: int, vec: int, unroll: int, dtype: str, cuda: bool):
+    """Macros copying one chunk of each of a block's rows of x to x_sorted, and zeroing one
+    chunk of a row of x_sorted.
 
     Thread-level code: a chunk is ``COPY_THREADS * unroll`` runs of ``vec`` elements, each
     thread moving ``unroll`` runs (``vec`` = one 16-byte vector, or 1 for the unaligned bf16
-    path). The chunk is loaded once into registers and stored K times. The token's row
-    numbers are staged through shared memory, ``COPY_THREADS`` slots at a time (all loaded at
-    once, overlapping the row load), so the store loop never waits on them. For fp8 the
-    blocks of chunk 0 also copy the token's scales. With ``pdl`` the copy waits for the
-    previous kernel (which wrote ``pos``) between the row load and the first read of ``pos``.
+    path). The 16-byte path loads the chunk of all ``rows`` rows first (x row ``src[r]``,
+    skipped if -1), then stores them (x_sorted row ``dst[r]``); on CUDA through L2_HINTS. The
+    scalar path goes row by row, 8 elements per thread at a time (it only has to be correct;
+    few registers keep it from setting the kernel's count).
     """
     chunk = COPY_THREADS * vec * unroll
-    # Whole 16-byte vectors (not the scalar path) leave in one explicit st.global.v4 each:
-    # TileLang's `*(uint4*)(x_sorted + ...) = ...` came out of NVRTC 12.9 and nvcc 13 (sm_90a)
-    # with one of a row's eight vectors as four 4-byte STGs. Measured on an H200, bf16 E256
-    # a16: 1164.3 -> 1159.8 us; e4m3 a128 649.3 -> 646.0 ("Session 5" of the tuning record).
-    store_128 = cuda and vec * ITEMSIZE[dtype] == 16  # inline PTX: CUDA only
+
+    def column(c, u, tx):
+        return c * chunk + (u * COPY_THREADS + tx) * vec
 
     @T.macro
-    def copy(x, xsc, xs, xss, pos, t, c, tx):
-        frag = T.alloc_local((unroll * vec,), dtype)
-        if store_128:  # the fragment as uint32 words, 4 per 16-byte vector
-            frag_bits = T.view(frag, (unroll * 4,), "uint32")
-        tile = T.alloc_shared((COPY_THREADS,), "int32")
-        for u in T.unroll(unroll):
-            col = c * chunk + (u * COPY_THREADS + tx) * vec
-            if col < H:
-                for v in T.vectorized(vec):
-                    frag[u * vec + v] = x[t, col + v]
-        if pdl:
-            T.pdl_sync()
-        for kt in T.serial(T.ceildiv(K, COPY_THREADS)):
-            j = kt * COPY_THREADS + tx
-            tile[tx] = T.if_then_else(j < K, pos[t, j], -1)
-            for s in T.serial(T.min(K - kt * COPY_THREADS, COPY_THREADS)):
-                p = T.alloc_var("int32", init=tile[s])
-                if (p >= 0) & (p < P):
-                    for u in T.unroll(unroll):
-                        col = c * chunk + (u * COPY_THREADS + tx) * vec
-                        if col < H:
-                            if store_128:  # the same 16 bytes, as one st.global.v4
-                                T.stg128(xs[p, col], frag_bits.vload([u * 4], "uint32x4"))
-                            else:
-                                for v in T.vectorized(vec):
-                                    xs[p, col + v] = frag[u * vec + v]
-                    if fp8:
-                        if c == 0:
-                            for i in T.serial(T.ceildiv(G, COPY_THREADS)):
-                                if i * COPY_THREADS + tx < G:
-                                    xss[p, i * COPY_THREADS + tx] = xsc[t, i * COPY_THREADS + tx]
+    def copy_vectors(x, xs, src, dst, c, tx):
+        frag = T.alloc_local((rows * unroll * vec,), dtype)
+        for r in T.unroll(rows):
+            t = T.alloc_var("int32", init=src[r])
+            if t >= 0:
+                for u in T.unroll(unroll):
+                    if column(c, u, tx) < H:
+                        at = (r * unroll + u) * vec
+                        if cuda:
+                            T.evaluate(
+                                T.call_extern(
+                                    "void",
+                                    "tileaot_load_keep",
+                                    T.access_ptr(frag[at], "w"),
+                                    T.access_ptr(x[t, column(c, u, tx)], "r"),
+                                )
+                            )
+                        else:
+                            for v in T.vectorized(vec):
+                                frag[at + v] = x[t, column(c, u, tx) + v]
+        for r in T.unroll(rows):
+            p = T.alloc_var("int32", init=dst[r])
+            if (p >= 0) & (p < P):
+                for u in T.unroll(unroll):
+                    if column(c, u, tx) < H:
+                        at = (r * unroll + u) * vec
+                        if cuda:
+                            T.evaluate(
+                                T.call_extern(
+                                    "void",
+                                    "tileaot_store_stream",
+                                    T.access_ptr(xs[p, column(c, u, tx)], "w"),
+                                    T.access_ptr(frag[at], "r"),
+                                )
+                            )
+                        else:
+                            for v in T.vectorized(vec):
+                                xs[p, column(c, u, tx) + v] = frag[at + v]
+
+    @T.macro
+    def copy_scalars(x, xs, src, dst, c, tx):
+        vals = T.alloc_local((SCALAR_STEP,), dtype)
+        for r in T.serial(rows):
+            t = T.alloc_var("int32", init=src[r])
+            p = T.alloc_var("int32", init=dst[r])
+            if (t >= 0) & (p >= 0) & (p < P):
+                for q in T.serial(unroll // SCALAR_STEP):
+                    for u in T.unroll(SCALAR_STEP):
+                        if column(c, q * SCALAR_STEP + u, tx) < H:
+                            vals[u] = x[t, column(c, q * SCALAR_STEP + u, tx)]
+                    for u in T.unroll(SCALAR_STEP):
+                        if column(c, q * SCALAR_STEP + u, tx) < H:
+                            xs[p, column(c, q * SCALAR_STEP + u, tx)] = vals[u]
 
     @T.macro
     def zero(xs, row, c, tx):
         for u in T.unroll(unroll):
-            col = c * chunk + (u * COPY_THREADS + tx) * vec
-            if col < H:
+            if column(c, u, tx) < H:
                 for v in T.vectorized(vec):
-                    xs[row, col + v] = T.cast(0, dtype)
+                    xs[row, column(c, u, tx) + v] = T.cast(0, dtype)
 
-    return copy, zero
+    return (copy_vectors if vec > 1 else copy_scalars), zero
 
 
 def rows_needed(tokens: int, slots: int, experts: int, alignment: int) -> int:

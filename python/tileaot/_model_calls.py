@@ -299,7 +299,7 @@ def topk_gate(scoring: str, m: int, e: int, k: int, use: str = "") -> Call:
 
 def moe_expand(key: str, t: int, h: int, k: int, e: int, use: str = "") -> Call:
     rows, chunks = _expanded_rows(t, k, e), -(-(t * k) // _CHUNK)
-    tail: tuple[int, ...] = (e + 1, t, k, chunks, e, e)
+    tail: tuple[int, ...] = (e + 1, t, k, chunks, e, e, t * k)
     head: tuple[int, ...]
     if key == "e4m3":
         g = h // FP8_GROUP

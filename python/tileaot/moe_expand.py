@@ -163,12 +163,15 @@ def moe_expand(
         offsets.zero_()
         return result
     chunks = -(-(t * k) // _CHUNK)
-    # Scratch: per-chunk expert counts (then their prefixes), then per-expert totals starting
-    # on a 16-byte boundary (as if they were two aligned tensors).
-    totals_at = -(-(chunks * e) // 4) * 4
-    scratch = x.new_empty(totals_at + e, dtype=fw.int32)
+    # Scratch: per-chunk expert counts (then their prefixes), per-expert totals, and the copy's
+    # work list (one slot per entry), each starting on a 16-byte boundary (as if they were
+    # three aligned tensors).
+    totals_at = _aligned(chunks * e)
+    work_at = totals_at + _aligned(e)
+    scratch = x.new_empty(work_at + t * k, dtype=fw.int32)
     counts_ptr = scratch.data_ptr()
     totals_ptr = counts_ptr + totals_at * 4
+    work_ptr = counts_ptr + work_at * 4
 
     # H == 0: x and x_sorted are empty (NULL pointers, which the runtime refuses) while the
     # routing outputs are not; the copy kernels get no column blocks and never touch them.
@@ -179,16 +182,16 @@ def moe_expand(
         g = h // GROUP
         ptrs = (ptr(x), ptr(x_scale), idx.data_ptr(), ptr(x_sorted))
         ptrs += (ptr(outs[3]), offsets.data_ptr(), token_pos.data_ptr())
-        shapes = (t, h, t, g, t, k, rows, h, rows, g, e + 1, t, k, chunks, e, e)
+        shapes = (t, h, t, g, t, k, rows, h, rows, g, e + 1, t, k, chunks, e, e, t * k)
     else:
         ptrs = (ptr(x), idx.data_ptr(), ptr(x_sorted), offsets.data_ptr())
         ptrs += (token_pos.data_ptr(),)
-        shapes = (t, h, t, k, rows, h, e + 1, t, k, chunks, e, e)
+        shapes = (t, h, t, k, rows, h, e + 1, t, k, chunks, e, e, t * k)
     _lib.native().launch(
         _lib.handle(_OP, "e4m3" if fp8 else "bf16"),
         device,
         _lib.current_stream(device),
-        (*ptrs, counts_ptr, totals_ptr),
+        (*ptrs, counts_ptr, totals_ptr, work_ptr),
         shapes,
         (align,),
     )
@@ -199,13 +202,18 @@ def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
     """A typical call for `python -m tileaot info`: its description and flat shapes."""
     t, h, k, e, rows = 4096, 7168, 8, 256, 4096 * 8 + 256 * 15
     chunks = -(-(t * k) // _CHUNK)
-    tail = (e + 1, t, k, chunks, e, e)
+    tail = (e + 1, t, k, chunks, e, e, t * k)
     if key == "e4m3":
         g = h // GROUP
         return "x[4096, 7168] e4m3, idx[4096, 8], E=256", (
             (t, h, t, g, t, k, rows, h, rows, g) + tail
         )
     return "x[4096, 7168], idx[4096, 8], E=256", (t, h, t, k, rows, h) + tail
+
+
+def _aligned(n: int) -> int:
+    """`n` int32s rounded up to a multiple of 4 (16 bytes)."""
+    return -(-n // 4) * 4
 
 
 # --- argument checks beyond _validate (fp8 and int32 dtypes, bounded ints); moe_reduce uses
