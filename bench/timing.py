@@ -83,3 +83,12 @@ def measure(fn, min_reps: int = MIN_REPS) -> Timing:
 
 def median_us(fn) -> float:
     return measure(fn).median_us
+
+
+def rate_row(name: str, fn, nbytes: int, copy_gbs: float) -> dict:
+    """Times `fn`, prints one line (µs, % of the copy ceiling for `nbytes` moved) and returns
+    it as a dict: the rows of the design probes (bench/*_probe.py)."""
+    us = measure(fn).median_us
+    pct = 100 * nbytes / us / 1e3 / copy_gbs
+    print(f"{name:<60} {us:8.1f} us {pct:5.1f} % of copy", flush=True)
+    return {"name": name, "us": us, "pct_copy": pct}

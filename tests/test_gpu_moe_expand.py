@@ -145,7 +145,7 @@ def test_moe_expand_all_dropped_and_empty():
 
 
 def test_moe_expand_runs_in_order_on_the_callers_stream():
-    """Inputs written on a side stream after a long sleep: any of the five kernels launched on
+    """Inputs written on a side stream after a long sleep: any of the four kernels launched on
     another stream would read the poisoned inputs."""
     import tileaot
 
