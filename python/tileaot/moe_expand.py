@@ -88,8 +88,9 @@ def moe_expand(
         tileaot.VariantMissError: this wheel has no variant for the dtype, sizes or GPU.
         tileaot.DriverError: the CUDA driver is missing or a driver call failed.
 
-    The kernels (count, scan, rank, pad, copy) are enqueued in order on torch's current stream
-    of `x`'s device; the call returns without synchronising.
+    The kernels (count, scan, rank, copy) are enqueued in order on torch's current stream of
+    `x`'s device; the call returns without synchronising. Besides the outputs it allocates an
+    int32 scratch of about ``T * K`` entries (the copy's work list, the per-chunk counts).
     Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
