@@ -137,10 +137,10 @@ def factory(arch: str, dtype: str, E: int | None = None):
         x[T, H], (x_scale[T, H/128] fp8 only), idx[T, K] int32,
         x_sorted[P, H], (x_sorted_scale[P, H/128]), expert_offsets[E + 1] int32,
         token_pos[T, K] int32, chunk_counts[ceil(T*K / 1024), E] int32 (scratch),
-        expert_counts[E] int32 (scratch), alignment: int32
+        expert_counts[E] int32 (scratch), work[T * K] int32 (scratch), alignment: int32
 
-    ``arch`` does not change the code, except that PDL and the explicit 16-byte stores
-    (inline PTX) apply to CUDA targets only.
+    ``arch`` does not change the code, except that PDL (sm_90+) and the L2-hinted 16-byte
+    accesses of the copy (inline PTX, L2_HINTS) apply to CUDA targets only.
     """
     if dtype not in DTYPES:
         raise ValueError(f"moe_expand: unsupported dtype {dtype!r}")
