@@ -180,36 +180,40 @@ def moe_expand(
         return tensor.data_ptr() or counts_ptr
 
     if fp8:
-        g = h // GROUP
         ptrs = (ptr(x), ptr(x_scale), idx.data_ptr(), ptr(x_sorted))
         ptrs += (ptr(outs[3]), offsets.data_ptr(), token_pos.data_ptr())
-        shapes = (t, h, t, g, t, k, rows, h, rows, g, e + 1, t, k, chunks, e, e, t * k)
     else:
         ptrs = (ptr(x), idx.data_ptr(), ptr(x_sorted), offsets.data_ptr())
         ptrs += (token_pos.data_ptr(),)
-        shapes = (t, h, t, k, rows, h, e + 1, t, k, chunks, e, e, t * k)
     _lib.native().launch(
         _lib.handle(_OP, "e4m3" if fp8 else "bf16"),
         device,
         _lib.current_stream(device),
         (*ptrs, counts_ptr, totals_ptr, work_ptr),
-        shapes,
+        _flat_shapes(t, h, k, e, rows, fp8),
         (align,),
     )
     return result
 
 
+def _flat_shapes(t: int, h: int, k: int, e: int, rows: int, fp8: bool) -> tuple[int, ...]:
+    """Every tensor's dims in the kernel's parameter order, concatenated (what the runtime
+    checks): x, (x_scale), idx, x_sorted, (x_sorted_scale), expert_offsets, token_pos, then
+    the scratch: per-chunk counts, per-expert totals, the work list."""
+    chunks = -(-(t * k) // _CHUNK)
+    tail = (e + 1, t, k, chunks, e, e, t * k)
+    if fp8:
+        g = h // GROUP
+        return (t, h, t, g, t, k, rows, h, rows, g) + tail
+    return (t, h, t, k, rows, h) + tail
+
+
 def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
     """A typical call for `python -m tileaot info`: its description and flat shapes."""
     t, h, k, e, rows = 4096, 7168, 8, 256, 4096 * 8 + 256 * 15
-    chunks = -(-(t * k) // _CHUNK)
-    tail = (e + 1, t, k, chunks, e, e, t * k)
     if key == "e4m3":
-        g = h // GROUP
-        return "x[4096, 7168] e4m3, idx[4096, 8], E=256", (
-            (t, h, t, g, t, k, rows, h, rows, g) + tail
-        )
-    return "x[4096, 7168], idx[4096, 8], E=256", (t, h, t, k, rows, h) + tail
+        return "x[4096, 7168] e4m3, idx[4096, 8], E=256", _flat_shapes(t, h, k, e, rows, True)
+    return "x[4096, 7168], idx[4096, 8], E=256", _flat_shapes(t, h, k, e, rows, False)
 
 
 def _aligned(n: int) -> int:
