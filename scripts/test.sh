@@ -9,6 +9,8 @@ if [ -z "$wheel" ]; then
 fi
 python -m pip install -q --force-reinstall --no-deps "$wheel"
 python -m pip install -q pytest numpy hypothesis ruff==0.17.6  # hypothesis: tests/test_fuzz.py
+# TileKernels' pure-torch references, the spec of the parity tests (pure Python: no deps).
+python -m pip install -q --no-deps tile-kernels==1.0.0
 python -m ruff check .
 # The runtime against a fake driver (selection, caching, launch attributes, error texts).
 cmake -S cpp/tests_native -B build/tests_native -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
