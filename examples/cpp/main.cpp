@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tileaot/tileaot.hpp"
+#include "tileaot/ops.hpp"  // typed functions per op (generated); includes tileaot.hpp
 
 namespace {
 
@@ -107,7 +107,9 @@ bool run_rms_norm(cudaStream_t stream) {
   const tileaot::Op rms_norm("rms_norm", "bf16");
   std::printf("rms_norm %s -> variant %s\n", rms_norm.signature().c_str(),
               rms_norm.select({tx, tw, ty}).c_str());
-  rms_norm.launch(stream, {tx, tw, ty}, {eps});
+  // The typed function of <tileaot/ops.hpp> (generated from the op's schema): the key comes
+  // from x's dtype, the tensors in the kernel's order; the same as rms_norm.launch(...).
+  tileaot::rms_norm(stream, tx, tw, ty, static_cast<float>(eps));
   check_cuda(cudaStreamSynchronize(stream), "rms_norm");
 
   std::vector<double> want(m * n);
@@ -133,7 +135,7 @@ bool run_gemm(cudaStream_t stream) {
   const tileaot::Op gemm("gemm", "bf16");
   std::printf("gemm %s -> variant %s\n", gemm.signature().c_str(),
               gemm.select({ta, tb, tc}).c_str());
-  gemm.launch(stream, {ta, tb, tc});
+  tileaot::gemm(stream, ta, tb, tc);  // <tileaot/ops.hpp>; gemm.launch(stream, {ta, tb, tc})
   check_cuda(cudaStreamSynchronize(stream), "gemm");
 
   std::vector<float> af(a.size()), bf(b.size());

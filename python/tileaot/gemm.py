@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _lib
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "gemm"
-_DTYPES = ("bf16", "fp16")
-_WRITES_C = 0b100  # `_lib.fast`: tensors (a, b, c), c written
+SCHEMA = OpSchema(
+    _OP,
+    "a[M, K]: T, b[N, K]: T -> c[M, N]: T as out",
+    dtypes={"T": ("bf16", "fp16")},
+    example={"M": 4096, "N": 4096, "K": 4096},
+)
 _ROW_ALIGN = 8  # elements per 16 bytes of bf16/fp16: K and N rows must be whole 16-byte units
 
 
@@ -60,55 +65,27 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -
         and a.dim() == 2 == b.dim()
     ):
         c = a.new_empty(a.shape[0], b.shape[0]) if out is None else out
-        if _lib.fast((_OP, a.dtype), (a, b, c), (), _WRITES_C):
+        if _lib.fast((_OP, a.dtype), (a, b, c), (), SCHEMA.writes):
             return c
     elif type(a) is not _arrays.Tensor and _arrays.foreign(a):
         return _arrays.call(gemm, locals())
-    key = _validate.dtype_key("a", a, _DTYPES)
-    _validate.same_dtype("b", b, "a", a)
-    if a.dim() != 2 or b.dim() != 2:
-        raise ValueError(
-            f"a must be [M, K] and b [N, K]; got a {tuple(a.shape)}, b {tuple(b.shape)}"
-        )
-    m, k = a.shape
-    n, k_b = b.shape
-    if k_b != k:
-        raise ValueError(
-            f"a is [M, K] = {tuple(a.shape)}, so b must be [N, K] with K = {k} (c = a @ b.T); "
-            f"got b {tuple(b.shape)}"
-        )
+    inputs = {"a": a, "b": b}
+    bound = SCHEMA.bind(inputs)
+    k, n = bound.dims["K"], bound.dims["N"]
     if k % _ROW_ALIGN or n % _ROW_ALIGN:
         raise ValueError(
             f"gemm needs K % {_ROW_ALIGN} == 0 and N % {_ROW_ALIGN} == 0 (16-byte rows); got "
             f"K = {k}, N = {n}: pad a and b with zero columns / b with zero rows"
         )
-    device = _validate.check_memory(("a", "b"), (a, b))
-    if m * n >= _validate.INT32_LIMIT:
-        _validate.check_size("c = a @ b.T", (m, n))
-    if out is None:
-        c = a.new_empty(m, n)  # sizes as varargs: 1 us faster than a tuple
-    else:
-        _validate.check_out("out", out, a.dtype, (m, n), device)
-        _validate.check_no_overlap(("out",), (out,), ("a", "b"), (a, b))
-        c = out
-    if m == 0 or n == 0:
+    (c,) = SCHEMA.outputs(_arrays.namespace(a), a, bound, out, inputs)
+    if bound.dims["M"] == 0 or n == 0:
         return c
     if k == 0:
         return c.zero_()
-    handle = _lib.handle(_OP, key)
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (a.data_ptr(), b.data_ptr(), c.data_ptr()),
-        (m, k, n, k, m, n),
-        (),
-    )
+    handle = SCHEMA.launch(bound.picked["T"], bound.device, (a, b, c), (), bound.dims)
     if type(a) is _arrays.Tensor:  # the short path passes (a, b, c): these shapes
         _lib.learn((_OP, a.dtype), handle)
     return c
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    return "a[4096, 4096] b[4096, 4096]", (4096, 4096, 4096, 4096, 4096, 4096)
+example_shapes = SCHEMA.example_shapes

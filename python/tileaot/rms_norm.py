@@ -5,14 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import _arrays, _lib, _validate
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "rms_norm"
-_DTYPES = ("bf16", "fp16", "fp32")
+SCHEMA = OpSchema(
+    _OP,
+    "x[*M, N]: T, weight[N]: T -> y[*M, N]: T as out; eps: float32",
+    dtypes={"T": ("bf16", "fp16", "fp32")},
+    example={"M": 4096, "N": 4096},
+)
 _INF = float("inf")
-_WRITES_Y = 0b100  # `_lib.fast`: tensors (x, weight, y), y written
 
 
 def rms_norm(
@@ -71,48 +76,21 @@ def rms_norm(
         and weight.dim() == 1  # `_C.call` checks ranks too; y's follows from x's and weight's
     ):
         y = x.new_empty(x.shape) if out is None else out
-        if _lib.fast((_OP, x.dtype), (x, weight, y), (eps,), _WRITES_Y):
+        if _lib.fast((_OP, x.dtype), (x, weight, y), (eps,), SCHEMA.writes):
             return y
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(rms_norm, locals())
-    fw = _arrays.namespace(x)
-    key = _validate.dtype_key("x", x, _DTYPES)
-    _validate.same_dtype("weight", weight, "x", x)
+    inputs = {"x": x, "weight": weight}
+    bound = SCHEMA.bind(inputs)
     if type(eps) is not float or not 0.0 <= eps < _INF:
         eps = _validate.nonneg_float("eps", eps)
-    shape = x.shape
-    if not shape:
-        raise ValueError("x must have shape (..., N); got a 0-d tensor")
-    n = shape[-1]
-    if weight.shape != (n,):
-        raise ValueError(
-            f"weight must have shape ({n},) to match x {tuple(shape)}; got {tuple(weight.shape)}"
-        )
-    device = _validate.check_memory(("x", "weight"), (x, weight))
-    if out is None:
-        y = fw.empty_like(x)  # x is contiguous, so y is too
-    else:
-        _validate.check_out("out", out, x.dtype, shape, device)
-        _validate.check_no_overlap(("out",), (out,), ("x", "weight"), (x, weight))
-        y = out
-    numel = x.numel()
-    if numel == 0:
+    (y,) = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, inputs)
+    if x.numel() == 0:
         return y
-    m = numel // n
-    handle = _lib.handle(_OP, key)
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (x.data_ptr(), weight.data_ptr(), y.data_ptr()),
-        (m, n, n, m, n),
-        (eps,),
-    )
+    handle = SCHEMA.launch(bound.picked["T"], bound.device, (x, weight, y), (eps,), bound.dims)
     if type(x) is _arrays.Tensor:  # the short path passes (x, weight, y) of a 2-D x: these shapes
         _lib.learn((_OP, x.dtype), handle)
     return y
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    return "x[4096, 4096]", (4096, 4096, 4096, 4096, 4096)
+example_shapes = SCHEMA.example_shapes

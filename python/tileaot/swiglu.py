@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _lib
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "swiglu"
-_WRITES_Y = 0b10  # `_lib.fast`: tensors (x, y), y written
-_DTYPES = ("bf16", "fp16", "fp32")
+SCHEMA = OpSchema(
+    _OP,
+    "x[*M, 2*H]: T -> y[*M, H]: T as out",
+    dtypes={"T": ("bf16", "fp16", "fp32")},
+    example={"M": 4096, "H": 2048},
+)
 
 
 def swiglu(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -59,46 +64,18 @@ def swiglu(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     if type(x) is _arrays.Tensor and x.dim() == 2:
         m, n2 = x.shape
         y = x.new_empty(m, n2 >> 1) if out is None else out
-        if _lib.fast((_OP, x.dtype), (x, y), (), _WRITES_Y):
+        if _lib.fast((_OP, x.dtype), (x, y), (), SCHEMA.writes):
             return y
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(swiglu, locals())
-    key = _validate.dtype_key("x", x, _DTYPES)
-    shape = x.shape
-    if not shape:
-        raise ValueError("x must have shape (..., 2H); got a 0-d tensor")
-    n2 = shape[-1]
-    if n2 % 2:
-        raise ValueError(
-            f"x must have shape (..., 2H) (gate and up halves); its last dimension is {n2}, "
-            "which is odd"
-        )
-    h = n2 // 2
-    y_shape = (*shape[:-1], h)
-    device = _validate.check_memory(("x",), (x,))
-    if out is None:
-        y = x.new_empty(y_shape)
-    else:
-        _validate.check_out("out", out, x.dtype, y_shape, device)
-        _validate.check_no_overlap(("out",), (out,), ("x",), (x,))
-        y = out
+    bound = SCHEMA.bind({"x": x})
+    (y,) = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, {"x": x})
     if y.numel() == 0:
         return y
-    m = x.numel() // n2
-    handle = _lib.handle(_OP, key)
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (x.data_ptr(), y.data_ptr()),
-        (m, n2, m, h),
-        (),
-    )
+    handle = SCHEMA.launch(bound.picked["T"], bound.device, (x, y), (), bound.dims)
     if type(x) is _arrays.Tensor:  # the short path passes (x, y) of a 2-D x: these shapes
         _lib.learn((_OP, x.dtype), handle)
     return y
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    return "x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)
+example_shapes = SCHEMA.example_shapes

@@ -10,6 +10,8 @@ meta tensors whose sizes may be symbolic, so it only does arithmetic on sizes an
 
 from __future__ import annotations
 
+import inspect
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -54,12 +56,53 @@ class OpSpec:
         return self.fn.__name__
 
 
+# Annotations of the public functions -> torch schema types (`from __future__ import
+# annotations` keeps them as the text written in the def).
+_TYPES = {
+    "torch.Tensor": "Tensor",
+    "torch.Tensor | None": "Tensor?",
+    "float": "float",
+    "float | None": "float?",
+    "int": "int",
+    "int | None": "int?",
+    "str": "str",
+    "str | None": "str?",
+    "bool": "bool",
+    "torch.dtype | None": "ScalarType?",
+}
+
+
+def _schema_args(fn: Callable[..., Any]) -> str:
+    """The torch schema arguments of public function `fn`: its positional parameters, their
+    annotated types and defaults (keyword-only ones, ``out`` and the like, are not arguments)."""
+    args = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is not p.POSITIONAL_OR_KEYWORD:
+            continue
+        text = f"{_TYPES[p.annotation]} {p.name}"
+        if p.default is not p.empty:
+            text += f"={p.default!r}"
+        args.append(text)
+    return ", ".join(args)
+
+
+def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
+    """The `OpSpec` of public function `fn` whose module has a `SCHEMA` (tileaot/_schema.py):
+    arguments from the function, outputs and fake from the schema."""
+    schema = sys.modules[fn.__module__].SCHEMA
+    names = [p.name for p in inspect.signature(fn).parameters.values()]
+    tensors = {t.api for t in schema.inputs}
+
+    def fake(*args: Any) -> Any:
+        given = dict(zip(names, args, strict=False))
+        outs = schema.fake({n: v for n, v in given.items() if n in tensors}, torch)
+        return outs[0] if len(outs) == 1 else outs
+
+    return OpSpec(fn, _schema_args(fn), schema.torch_outs(), fake, **extra)
+
+
 def _like(x: torch.Tensor, *_: Any) -> torch.Tensor:
     return torch.empty_like(x)
-
-
-def _gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return a.new_empty(a.shape[0], b.shape[0])
 
 
 def _quantised(x: torch.Tensor, q_shape, scale_shape, scale_dtype=torch.float32):
@@ -94,10 +137,6 @@ def _cast_back(q, scale, layout, group_size, out_dtype):
 def _topk_gate(scores, k, scoring, renormalize):
     t = scores.shape[0]
     return scores.new_empty(t, k, dtype=torch.int32), scores.new_empty(t, k)
-
-
-def _swiglu(x):
-    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
 def _swiglu_per_token_cast_fp8(x, weights, clamp):
@@ -137,8 +176,8 @@ def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, g):
 
 _GRAD = ("grad_out",)
 SPECS: tuple[OpSpec, ...] = (
-    OpSpec(rms_norm, "Tensor x, Tensor weight, float eps=1e-06", ("out",), _like),
-    OpSpec(gemm, "Tensor a, Tensor b", ("out",), _gemm),
+    _from_schema(rms_norm),
+    _from_schema(gemm),
     OpSpec(
         per_token_cast_fp8, "Tensor x, int? group_size=128", ("q", "scale"), _per_token_cast_fp8
     ),
@@ -162,7 +201,7 @@ SPECS: tuple[OpSpec, ...] = (
         ("idx", "weights"),
         _topk_gate,
     ),
-    OpSpec(swiglu, "Tensor x", ("out",), _swiglu),
+    _from_schema(swiglu),
     OpSpec(
         swiglu_per_token_cast_fp8,
         "Tensor x, Tensor? weights=None, float? clamp=None",

@@ -1,0 +1,49 @@
+"""Every traced kernel signature against its op's schema (python/tileaot/<op>.py `SCHEMA`).
+
+The kernel's `prim_func` is the authority on what it takes; the schema is what the Python layer,
+the torch ops and the C++ header derive everything from. Checking each traced signature against
+the schema at generate time means the two cannot drift: a renamed, reordered or re-typed kernel
+parameter fails the build naming the op and the mismatch. Ops without a schema yet are skipped
+(listed by `unchecked`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+PYTHON = Path(__file__).resolve().parents[1] / "python"
+
+
+def schema_of(op: str) -> Any | None:
+    """The `SCHEMA` of op `op` in this checkout's python/tileaot (None if it has none)."""
+    if str(PYTHON) not in sys.path:
+        sys.path.insert(0, str(PYTHON))
+    try:
+        module = importlib.import_module(f"tileaot.{op}")
+    except ImportError:
+        return None
+    schema = getattr(module, "SCHEMA", None)
+    return schema if schema is not None and schema.op == op else None
+
+
+def check_all(points: list, traced: dict) -> list[str]:
+    """Check every traced (variant, arch) whose op has a schema; SystemExit on a mismatch.
+    Returns the ops that have no schema (not checked)."""
+    unchecked = set()
+    for p in points:
+        schema = schema_of(p.spec.op)
+        if schema is None:
+            unchecked.add(p.spec.op)
+            continue
+        for arch in p.archs:
+            sig, _ = traced[(p.name, arch)]
+            try:
+                schema.check_signature(sig["params"], p.key, p.specialisation)
+            except ValueError as e:
+                raise SystemExit(
+                    f"tileaot: {p.name} ({arch}) does not match its schema: {e}"
+                ) from None
+    return sorted(unchecked)
