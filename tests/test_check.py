@@ -213,10 +213,14 @@ def test_a_gpu_no_target_serves_gets_no_build_option(full):
 def test_a_dtype_without_kernels_misses_only_those_ops(full):
     cfg = _model_calls.from_mapping({**_toml(QWEN), "torch_dtype": "float16"})
     fp16 = _check.check(cfg, full, "A100")
-    missed = {v.call.op for v in fp16.verdicts if v.status == "miss"}
-    assert missed == {"moe_expand", "moe_reduce", "gemm"}  # gemm: only the N = 60 router
+    unserved = {v.call.op for v in fp16.verdicts if v.status == "not served"}
+    assert unserved == {"moe_expand", "moe_reduce"}  # every kernel is built: none has fp16
+    missed = {v.call.text for v in fp16.verdicts if v.status == "miss"}
+    assert missed == {"a[4096, 2048] b[60, 2048]", "a[4096, 2048] b[1, 2048]"}  # N % 8
     expand = next(v for v in fp16.verdicts if v.call.op == "moe_expand")
-    assert expand.reason == "tileaot has no moe_expand[fp16] kernel (keys built: bf16, e4m3)"
+    assert expand.reason == (
+        "not served (tileaot has no moe_expand[fp16] kernel; keys built: bf16, e4m3)"
+    )
 
 
 def test_an_ops_filter_names_the_glob_to_add(tmp_path):
@@ -374,7 +378,7 @@ def test_fp8_models_cast_before_their_gemms(full):
         "swiglu_per_token_cast_fp8_bf16"
     )
     assert ops[("moe_expand", "e4m3")].variant == "moe_expand_e4m3_e256"
-    assert ops[("gemm", "e4m3")].reason.startswith("tileaot has no gemm[e4m3] kernel")
+    assert ops[("gemm", "e4m3")].reason.startswith("not served (tileaot has no gemm[e4m3] kernel")
 
 
 def test_config_errors_name_the_key(tmp_path):

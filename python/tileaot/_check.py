@@ -82,6 +82,11 @@ def _verdict(manifest: Manifest, call: Call, major: int, minor: int) -> Verdict:
     if row is not None:
         status = GENERIC if row.generic else SPECIALISED
         return Verdict(call, status, row.name, spec=spec, unbuildable=unbuildable)
+    if not group and "*" in manifest.ops:  # every kernel tileaot has was built: none serves it
+        built = manifest.keys(call.op)
+        have = f"keys built: {', '.join(built)}" if built else "no such op in this build"
+        why = f"not served (tileaot has no {call.op}[{call.key}] kernel; {have})"
+        return Verdict(call, UNSERVED, reason=why)
     reason, fix, shape_miss = _why_missing(manifest, call, group, major, minor)
     # A shape the generic variant rejects (N % 8 for gemm) would not suit a specialisation
     # either: leave it out of the suggested build.
@@ -111,10 +116,8 @@ def _why_missing(
 
 
 def _missing_key(m: Manifest, call: Call, label: str) -> tuple[str, dict[str, str]]:
+    """A key not in a reduced build (a full build's missing keys are UNSERVED, in _verdict)."""
     built = m.keys(call.op)
-    if "*" in m.ops:  # every variant tileaot has was built: the kernel does not exist
-        have = f"keys built: {', '.join(built)}" if built else "no such op in this build"
-        return f"tileaot has no {label} kernel ({have})", {}
     have = f" (keys built: {', '.join(built)})" if built else ""
     why = f"{label} is not in this build (ops filter {','.join(m.ops)}){have}"
     return why, _ops_fix(m, f"{_name_prefix(call)}_*")
