@@ -48,8 +48,8 @@ def _rms_norm(key: list[str], spec: dict[str, int]) -> str | None:
         threads //= 2
     if n % vec or (n // vec) % threads:
         return (
-            f"rms_norm: no thread count fits N={n} (the specialised kernel needs N / {vec} "
-            "divisible by a power of two >= 32); the generic variant serves it"
+            f"rms_norm: no thread count fits N={n} (a specialised N / {vec} must be a "
+            "multiple of 32)"
         )
     return None
 
@@ -82,7 +82,7 @@ def _topk_gate(key: list[str], spec: dict[str, int]) -> str | None:
     if e is not None and (e % TOPK_STATIC_E_MULTIPLE or e > TOPK_MAX_E):
         return (
             f"topk_gate: a static E must be a multiple of {TOPK_STATIC_E_MULTIPLE} up to "
-            f"{TOPK_MAX_E}; got {e} (the generic variant serves E <= {TOPK_MAX_E})"
+            f"{TOPK_MAX_E}; got {e}"
         )
     return None
 

@@ -212,7 +212,7 @@ def user_config(report: Report) -> str:
     ops = list(dict.fromkeys(v.call.op for v in served))
     lines = [f"# tileaot build for {report.model} on {report.device} (python -m tileaot check)"]
     skipped = dict.fromkeys(v.unbuildable for v in served if v.unbuildable)
-    lines += [f"# not specialised: {why}" for why in skipped]
+    lines += [f"# not specialised (the generic variant serves it): {why}" for why in skipped]
     lines += ["[build]"]
     if target is not None:
         lines.append(f'archs = ["{target.removeprefix("sm_")}"]')

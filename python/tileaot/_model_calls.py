@@ -106,6 +106,8 @@ class Moe:
 _SIGMOID_BIASED = ("deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe")
 # ... whose RMSNorm scales by (1 + weight), computed in float32 (GemmaRMSNorm, Qwen3NextRMSNorm).
 _OFFSET_NORM = ("gemma", "gemma2", "gemma3", "gemma3_text", "qwen3_next")
+# (n_group, topk_group) a config class writes when the config leaves them out.
+_GROUP_DEFAULTS = {"deepseek_v3": (8, 4), "deepseek_v32": (8, 4), "glm4_moe": (1, 1)}
 _LAYER_NORM = ("phimoe",)  # nn.LayerNorm, with bias
 _QK_NORM = ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text")  # always q/k_norm
 _SHARED_GATE = ("qwen2_moe", "qwen3_next")  # sigmoid(shared_expert_gate(x)) * shared_expert(x)
@@ -257,7 +259,9 @@ def _moe_config(d: Mapping[str, Any], model_type: str = "") -> Moe | None:
     scoring = str(d.get("scoring_func") or default)
     method = d.get("topk_method")
     bias = method == "noaux_tc" if method else model_type in _SIGMOID_BIASED
-    n_group, topk_group = _int(d, "n_group") or 1, _int(d, "topk_group") or 0
+    n_group, topk_group = _GROUP_DEFAULTS.get(model_type, (1, 0))
+    n_group = _int(d, "n_group") or n_group
+    topk_group = _int(d, "topk_group") or topk_group
     grouped = n_group > 1 and (method == "group_limited_greedy" or 0 < topk_group < n_group)
     groups = (n_group, topk_group) if grouped else None
     gate = model_type in _SHARED_GATE and bool(shared)
