@@ -92,6 +92,13 @@ def main(argv: list[str]) -> int:
     except ValueError as e:  # userconfig.ConfigError: names the file, key and allowed values
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from build_tools.matrix import parse_archs
+
+    try:  # before anything is traced: a mistake is one line naming the option
+        parse_archs(args.archs)
+    except ValueError as e:
+        print(f"error: --archs {args.archs!r}: {e}", file=sys.stderr)
+        return 2
     if args.command == "list":
         return _list(args)
     os.environ.setdefault("TILELANG_CACHE_DIR", os.path.join(os.path.abspath(args.out), ".tlcache"))

@@ -170,6 +170,8 @@ def load(path: str | os.PathLike) -> UserConfig:
         text = path.read_text()
     except OSError as e:
         raise ConfigError(f"cannot read build config {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file; give a TOML build config") from None
     return parse(text, str(path))
 
 
@@ -234,7 +236,13 @@ def _toml_loads(text: str, fail) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        fail(f"not valid TOML: {e}")
+        hint = ""
+        if text.lstrip().startswith("{"):  # a model's config.json given as a build config
+            hint = (
+                " (a model's config.json? `python -m tileaot check FILE --save-config my.toml` "
+                "writes the build config for it)"
+            )
+        fail(f"not valid TOML: {e}{hint}")
 
 
 def _only(table: Mapping, allowed: tuple[str, ...], where: str, fail) -> None:
