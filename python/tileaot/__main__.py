@@ -136,7 +136,8 @@ def _cmake_prefix_path() -> int:
     if not config.is_file():
         print(
             f"tileaot: no CMake package at {config.parent}: this is not an installed wheel (a "
-            "source checkout?). Install the wheel (pip install .) and run this again.",
+            "source checkout?). Build and install the wheel (bash scripts/build_wheel.sh) and run "
+            "this again.",
             file=sys.stderr,
         )
         return 1
