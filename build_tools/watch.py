@@ -56,11 +56,12 @@ class Watcher:
         return [line] if line and line != "end" else []
 
     def compile_line(self) -> str:
-        elapsed = self.clock() - (self.started or self.clock())
+        started = self.clock() if self.started is None else self.started
+        elapsed = self.clock() - started
         if not self.total:
             return f"compiling: {self.compiled} cubins, {format_seconds(elapsed)} elapsed"
         bar = Progress("compiling", self.total, clock=self.clock, stream=io.StringIO())
-        bar.start = self.started or bar.start
+        bar.start = started
         bar.done = bar.weight_done = min(self.compiled, self.total)
         return bar.line()
 
