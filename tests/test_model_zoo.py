@@ -113,9 +113,11 @@ def test_verdicts(model, gpu, default_build):
     assert (report.model, report.device) == (name, GPUS[gpu])
     assert sorted(_problems(report)) == sorted(problems)
     assert report.covered == (not problems)
+    text = _check.format_report(report)
     for v in report.verdicts:  # a verdict says why: the fix, or what tileaot lacks
         if v.status == _check.UNSERVED:
             assert v.reason.startswith("not served (tileaot has no ") and not v.fix
+            assert f"      {v.reason}" in text
 
 
 @pytest.mark.parametrize("gpu", GPUS)

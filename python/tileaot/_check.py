@@ -280,8 +280,9 @@ def format_report(report: Report) -> str:
         ]
     lines += [
         "",
-        "A wheel for this model, every call specialised: this TOML (--save-config FILE writes",
-        "it) built with `python -m build_tools wheel --config FILE` (bring your shapes):",
+        "A wheel for this model, every call served with the sizes its kernels can specialise:",
+        "this TOML (--save-config FILE writes it) built with `python -m build_tools wheel",
+        "--config FILE` (bring your shapes):",
     ]
     lines += ["  " + line if line else "" for line in user_config(report).splitlines()]
     return "\n".join(lines)
@@ -292,13 +293,13 @@ def _format_verdict(v: Verdict) -> list[str]:
     status = v.status.upper() if v.status in (MISS, UNSERVED) else v.status
     head = f"  {status:<12} {c.op}[{c.key}] {c.text}"
     uses = f"      used by: {', '.join(u for u in c.uses if u)}"
+    if v.status == UNSERVED:
+        return [head, uses, f"      {v.reason}"]
     if v.status != MISS:
         hint = ""
         if v.status == GENERIC and v.spec:
             hint = "  (specialise: " + ", ".join(f"{k} = {n}" for k, n in v.spec.items()) + ")"
         extra = [f"      not specialisable: {v.unbuildable}"] if v.unbuildable else []
         return [f"{head} -> {v.variant}{hint}", uses, *extra]
-    if v.status == UNSERVED:
-        return [head, uses, f"      {v.reason}"]
     fix = " ".join(f"{k}={val}" for k, val in v.fix.items())
     return [head, uses, f"      miss: {v.reason}" + (f" -> build with {fix}" if fix else "")]

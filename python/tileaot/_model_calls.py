@@ -396,7 +396,7 @@ def _quant_gap(cfg: ModelConfig, experts: bool) -> str:
     if not cfg.weight_quant or (cfg.expert_weights_only and not experts):
         return ""
     what = "MXFP4" if cfg.weight_quant == "mxfp4" else f"{cfg.weight_quant}-quantised"
-    return f"{what} weights (gemm takes bf16, fp16 or e4m3 operands)"
+    return f"{what} weights (gemm takes bf16 or fp16 operands)"
 
 
 def _linear(
