@@ -14,14 +14,13 @@ BUILD_ROOT/*/report.json (what `build_tools report` printed inside the hidden ou
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from build_tools.progress import Progress, format_seconds
+from build_tools.progress import format_seconds
 
 POLL = 1.0  # seconds between reads of the file
 COMPILE_INTERVAL = 10.0  # seconds between "compiling" lines
@@ -56,14 +55,19 @@ class Watcher:
         return [line] if line and line != "end" else []
 
     def compile_line(self) -> str:
+        """Progress.line's format (no Progress here: its notes would go back into the file)."""
         started = self.clock() if self.started is None else self.started
         elapsed = self.clock() - started
         if not self.total:
             return f"compiling: {self.compiled} cubins, {format_seconds(elapsed)} elapsed"
-        bar = Progress("compiling", self.total, clock=self.clock, stream=io.StringIO())
-        bar.start = started
-        bar.done = bar.weight_done = min(self.compiled, self.total)
-        return bar.line()
+        done = min(self.compiled, self.total)
+        text = (
+            f"compiling: {done}/{self.total} ({100.0 * done / self.total:.0f}%), "
+            f"{format_seconds(elapsed)} elapsed"
+        )
+        if 0 < done < self.total:
+            text += f", ETA {format_seconds(elapsed * (self.total - done) / done)}"
+        return text
 
 
 def watch(path: Path, pid: int | None, out=sys.stdout) -> int:

@@ -66,6 +66,7 @@ def test_watcher_turns_compiled_lines_into_done_total_and_eta():
 def test_watch_prints_as_lines_arrive_and_stops_at_end(tmp_path, monkeypatch):
     monkeypatch.setattr(watch, "POLL", 0.01)
     path = tmp_path / "progress"
+    monkeypatch.setenv(progress.PROGRESS_ENV, str(path))  # as in build_wheel.sh
     path.write_text("tracing: 0/2 (0%), 0s elapsed\n")
     out = []
 
@@ -84,6 +85,7 @@ def test_watch_prints_as_lines_arrive_and_stops_at_end(tmp_path, monkeypatch):
     assert not t.is_alive()
     text = "".join(out)
     assert "[tileaot] tracing: 0/2 (0%)" in text and "[tileaot] compiling: 1/1 (100%)" in text
+    assert "compiling" not in path.read_text()  # the watcher only reads the file
 
 
 def test_summary_is_the_reports_line(tmp_path, capsys):
