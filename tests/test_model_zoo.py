@@ -220,3 +220,25 @@ def test_configs_written_by_transformers_read_the_same(model, default_build):
     assert [(v.call, v.status) for v in theirs.verdicts] == [
         (v.call, v.status) for v in ours.verdicts
     ]
+
+
+def test_quantisation_configs(default_build):
+    """fp8 blocks other than 128 columns, and weight formats no gemm takes, are not served."""
+    base = json.loads((ZOO / "qwen3-30b-a3b.json").read_text())
+    fp8_64 = {"quant_method": "fp8", "weight_block_size": [128, 64]}
+    report = _check.check(
+        _model_calls.from_mapping({**base, "quantization_config": fp8_64}), default_build, "H200"
+    )
+    casts = [v for v in report.verdicts if v.call.op == "per_token_cast_fp8"]
+    assert casts and all(v.call.key == "bf16,g64" and v.status == "not served" for v in casts)
+    fused = [v for v in report.verdicts if v.call.op == "swiglu_per_token_cast_fp8"]
+    assert fused and all("groups of 64" in v.reason for v in fused)
+    (expand,) = [v for v in report.verdicts if v.call.op == "moe_expand"]
+    assert "fp8 scales in groups of 64" in expand.reason
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    report = _check.check(
+        _model_calls.from_mapping({**base, "quantization_config": gptq}), default_build, "H200"
+    )
+    gemms = {v.call.uses[0]: v for v in report.verdicts if v.call.op == "gemm"}
+    assert "gptq-quantised weights" in gemms["q_proj"].reason
+    assert gemms["lm_head"].status != "not served"  # kept in bf16 by quantised checkpoints

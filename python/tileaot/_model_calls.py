@@ -477,10 +477,15 @@ def _moe(cfg: ModelConfig, moe: Moe) -> Iterator[Call]:
     scoring = moe.scoring if moe.scoring in ("softmax", "sigmoid") else "softmax"
     yield _unserved(topk_gate(scoring, t, e, k, "router top-k"), _routing_gap(moe))
     fp8 = cfg.fp8_group is not None and not _quant_gap(cfg, experts=True)
+    gap = f"more than {EXPAND_MAX_E} experts" if e > EXPAND_MAX_E else ""
     if fp8:
-        yield per_token_cast_fp8(cfg.dtype, t, h, FP8_GROUP, "expert input")
+        group = cfg.fp8_group or 0
+        yield per_token_cast_fp8(cfg.dtype, t, h, group, "expert input")
+        if group != FP8_GROUP:
+            scales = f"groups of {group}" if group else "one per token"
+            gap = gap or f"fp8 scales in {scales} (moe_expand's e4m3 carries one per 128 columns)"
     expand = moe_expand("e4m3" if fp8 else cfg.dtype, t, h, k, e, "dispatch")
-    yield _unserved(expand, f"more than {EXPAND_MAX_E} experts" if e > EXPAND_MAX_E else "")
+    yield _unserved(expand, gap)
     rows = max(1, math.ceil(t * k / e))  # an expert's average share of the routed rows
     yield from _mlp(cfg, rows, moe.intermediate, "experts", routed=True)
     if moe.shared_intermediate:
