@@ -65,7 +65,7 @@ class Watcher:
             f"compiling: {done}/{self.total} ({100.0 * done / self.total:.0f}%), "
             f"{format_seconds(elapsed)} elapsed"
         )
-        if 0 < done < self.total:
+        if 0 < done < self.total and elapsed > 0:  # no ETA from a first, instant line
             text += f", ETA {format_seconds(elapsed * (self.total - done) / done)}"
         return text
 
