@@ -1,5 +1,5 @@
 """CLI: python -m build_tools {generate,compile,compile-all,list,config,wheel,sdist,audit-wheel,
-                              merge,report,pack,hip}
+                              merge,report,pack,hip,watch}
 
 generate needs tilelang + torch (CPU); compile needs only NVRTC (or nvcc) and the headers.
 """
@@ -45,6 +45,7 @@ _MODULE_COMMANDS = {
     "report": ("build_tools.report", "write GEN/report.{md,json}; check the size budget"),
     "pack": ("build_tools.blob", "pack a cubin into the (zlib-compressed) blob libtileaot embeds"),
     "hip": ("build_tools.hip", "HIP sources + manifest for gfx90a/gfx942 (docs/HIP.md)"),
+    "watch": ("build_tools.watch", "print a build's progress while pip hides it (build_wheel.sh)"),
 }
 
 
@@ -91,6 +92,13 @@ def main(argv: list[str]) -> int:
         _apply_config_option(args)
     except ValueError as e:  # userconfig.ConfigError: names the file, key and allowed values
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    from build_tools.matrix import parse_archs
+
+    try:  # before anything is traced: a mistake is one line naming the option
+        parse_archs(args.archs)
+    except ValueError as e:
+        print(f"error: --archs {args.archs!r}: {e}", file=sys.stderr)
         return 2
     if args.command == "list":
         return _list(args)

@@ -562,6 +562,18 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _note(line: str) -> None:
+    """A line for `build_tools watch` (build_tools/progress.py), when run inside the package."""
+    try:
+        from .progress import note
+    except ImportError:  # run as a plain script
+        try:
+            from progress import note  # type: ignore[no-redef]
+        except ImportError:
+            return
+    note(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m build_tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -578,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "compile":
             compile_source(args.src, args.arch, args.out, args.compiler, args.include_dir)
+            _note(f"compiled {args.out.name}")
         else:
             compile_all(args.gen, args.jobs, args.compiler, args.include_dir)
     except (CompileError, ValueError, OSError) as e:

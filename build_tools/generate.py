@@ -162,6 +162,9 @@ def write_gen(out: Path, points, traced: dict, archs, ops, tilelang_version: str
     )
     schemas = [x for x in (schema_of(op) for op in sorted({r["op"] for r in rows})) if x]
     write_if_different(out / "ops.hpp", emit_ops_hpp(schemas))
+    from build_tools.progress import note
+
+    note(f"compile-total {len(ordered)}")  # for `build_tools watch`: one "compiled" line each
     manifest = _manifest(rows, blobs, units, ordered, archs, ops, tilelang_version)
     write_if_different(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     _remove_stale(out, {units[u]["source"] for u in ordered})

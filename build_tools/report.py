@@ -220,6 +220,17 @@ def write_report(gen: Path, out: Path | None = None) -> dict:
     return report
 
 
+def summary_line(report: dict, markdown: Path) -> str:
+    """The one-line summary `report` prints (and scripts/build_wheel.sh repeats after pip)."""
+    t = report["totals"]
+    return (
+        f"tileaot report: {t['rows']} rows, {t['cubins']} cubins, {_mib(t['bytes'])} MiB "
+        f"({_mib(t['zipped'])} MiB zipped); traces {t['traced']} new + "
+        f"{t['traces_from_cache']} cached, cubins {t['compiled']} compiled + "
+        f"{t['cubins_from_cache']} cached → {markdown}"
+    )
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m build_tools report")
     parser.add_argument("gen", type=Path, help="gen folder (after compiling)")
@@ -232,13 +243,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     report = write_report(args.gen, args.out)
-    t = report["totals"]
-    print(
-        f"tileaot report: {t['rows']} rows, {t['cubins']} cubins, {_mib(t['bytes'])} MiB "
-        f"({_mib(t['zipped'])} MiB zipped); traces {t['traced']} new + "
-        f"{t['traces_from_cache']} cached, cubins {t['compiled']} compiled + "
-        f"{t['cubins_from_cache']} cached → {(args.out or args.gen) / 'report.md'}"
-    )
+    print(summary_line(report, (args.out or args.gen) / "report.md"))
     error = budget_error(report, args.budget_mb)
     if error:
         print(error, file=sys.stderr)

@@ -19,7 +19,7 @@ from pathlib import Path
 from build_tools import work_queue
 from build_tools.cache import Cache, digest, module_digest
 from build_tools.matrix import VariantPoint
-from build_tools.progress import Progress
+from build_tools.progress import Progress, note
 
 TRACE_FORMAT = 2  # bump when the traced data's shape changes
 _TRACER_FILES = ("trace.py", "cexpr.py", "smem_slots.py")
@@ -92,11 +92,12 @@ def trace_all(
             todo.append((point, arch, key))
     if todo:
         _trace_missing(todo, jobs, module, cache, timings, traced, stats)
-    print(
+    line = (
         f"tileaot generate: traced {len(todo)}, from cache {len(work) - len(todo)} "
-        f"(cache: {cache.root})",
-        file=sys.stderr,
+        f"(cache: {cache.root})"
     )
+    print(line, file=sys.stderr)
+    note(line)
     return traced, stats
 
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernels_py.spec import KernelSpec, short
+from kernels_py.spec import BUILDABLE_ARCHS, KernelSpec, short
 
 ENV_VAR = "TILEAOT_CONFIG"  # set by CMake (-DTILEAOT_CONFIG=FILE) for `build_tools generate`
 TOP_KEYS = ("build", "ops")
@@ -66,6 +66,17 @@ class UserConfig:
         sizes = spec.specs
         if choice.specs is not None:
             sizes = ({}, *_checked_specs(spec, choice.specs, self._fail))
+            for s in sizes[1:]:
+                for key in keys:
+                    if not any(spec.supports(a, key, s) for a in BUILDABLE_ARCHS):
+                        continue  # never built (per_token_cast_fp8's token mode: generic only)
+                    why = buildable_why_not(spec.op, spec.key_string(key), s)
+                    if why:
+                        self._fail(
+                            f"[ops.{spec.op}] specs: {_inline(s)} cannot be built for "
+                            f"{spec.key_string(key)}: {why}; remove it (the generic variant "
+                            "serves these sizes)"
+                        )
         return dataclasses.replace(spec, keys=keys, specs=sizes)
 
     def _fail(self, message: str):
@@ -114,6 +125,29 @@ def _checked_specs(spec: KernelSpec, asked, fail) -> list[dict[str, int]]:
     return out
 
 
+def buildable_why_not(op: str, key: str, spec: Mapping[str, int]) -> str | None:
+    """The kernel's own limits on a specialisation (python/tileaot/_buildable.py, shared with
+    `python -m tileaot check`), checked before anything is traced: None if it builds."""
+    return _buildable().why_not(op, key, spec)
+
+
+def _buildable():
+    """python/tileaot/_buildable.py of this checkout, by path: an installed tileaot may be older."""
+    import importlib.util
+    import sys
+
+    name = "_tileaot_buildable"
+    module = sys.modules.get(name)
+    if module is None:
+        path = Path(__file__).resolve().parents[1] / "python" / "tileaot" / "_buildable.py"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        assert loader_spec is not None and loader_spec.loader is not None
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module
+        loader_spec.loader.exec_module(module)
+    return module
+
+
 def _maybe(name: str, choices: Iterable[str]) -> str:
     import difflib
 
@@ -136,6 +170,8 @@ def load(path: str | os.PathLike) -> UserConfig:
         text = path.read_text()
     except OSError as e:
         raise ConfigError(f"cannot read build config {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file; give a TOML build config") from None
     return parse(text, str(path))
 
 
@@ -200,7 +236,13 @@ def _toml_loads(text: str, fail) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        fail(f"not valid TOML: {e}")
+        hint = ""
+        if text.lstrip().startswith("{"):  # a model's config.json given as a build config
+            hint = (
+                " (a model's config.json? `python -m tileaot check FILE --save-config my.toml` "
+                "writes the build config for it)"
+            )
+        fail(f"not valid TOML: {e}{hint}")
 
 
 def _only(table: Mapping, allowed: tuple[str, ...], where: str, fail) -> None:

@@ -41,9 +41,15 @@ function(tileaot_generate)
     RESULT_VARIABLE rc
     OUTPUT_VARIABLE out ERROR_VARIABLE out ECHO_OUTPUT_VARIABLE ECHO_ERROR_VARIABLE)
   if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "tileaot: `python -m build_tools generate` failed (${rc}); it needs "
-                        "tilelang==0.1.15 and torch (CPU) installed, and the build run with "
-                        "--no-build-isolation. Output:\n${out}")
+    # Its output was echoed above: say why once, and name the install only when that is the cause.
+    if(out MATCHES "No module named '(tilelang|torch)")
+      message(FATAL_ERROR "tileaot: `python -m build_tools generate` failed: ${CMAKE_MATCH_1} is "
+                          "not installed for ${Python_EXECUTABLE}. Tracing needs tilelang==0.1.15 "
+                          "and torch (CPU): `pip install -r requirements-build.txt`, and build "
+                          "with --no-build-isolation (bash scripts/build_wheel.sh does both).")
+    endif()
+    message(FATAL_ERROR "tileaot: `python -m build_tools generate` failed (exit ${rc}); its "
+                        "message is above.")
   endif()
   file(GLOB_RECURSE deps CONFIGURE_DEPENDS "${src}/kernels_py/*.py" "${src}/build_tools/*.py")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${deps})

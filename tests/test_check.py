@@ -162,28 +162,29 @@ def _statuses(report) -> dict[str, str]:
 # ---- the two example models -------------------------------------------------------------------
 
 
-def test_deepseek_v3_is_fully_covered_on_h200(full):
+def test_deepseek_v3_on_h200_is_served_except_its_routing(full):
     report = _report(DEEPSEEK, full)
-    assert report.device == "sm_90a" and report.covered
+    assert report.device == "sm_90a" and not report.covered
+    (routing,) = [v for v in report.verdicts if v.status == "not served"]
+    assert routing.call.op == "topk_gate" and routing.fix == {} and routing.spec == {}
+    assert routing.reason.startswith("not served (tileaot has no kernel for group-limited top-k")
     picks = _statuses(report)
     assert picks["rms_norm[bf16] x[4096, 7168]"] == "rms_norm_bf16_n7168"
     assert picks["rms_norm[bf16] x[4096, 1536]"] == "rms_norm_bf16_any"  # q_lora_rank
-    assert picks["topk_gate[fp32,sigmoid] scores[4096, 256], k=8"] == "topk_gate_fp32_sigmoid_e256"
+    assert picks["topk_gate[fp32,sigmoid] scores[4096, 256], k=8"] == "not served"
     assert picks["moe_expand[bf16] x[4096, 7168] idx[4096, 8], E=256"] == "moe_expand_bf16_e256"
     assert picks["swiglu[bf16] x[128, 2 * 2048]"] == "swiglu_bf16_h2048"  # 4096 * 8 / 256 rows
     assert picks["gemm[bf16] a[128, 2048] b[7168, 2048]"] == "gemm_bf16_n7168_k2048"
     assert picks["gemm[bf16] a[4096, 7168] b[576, 7168]"] == "gemm_bf16_any"  # kv_a_proj
-    assert (report.count("specialised"), report.count("generic"), report.count("miss")) == (
-        7,
-        15,
-        0,
-    )
+    counts = tuple(report.count(s) for s in ("specialised", "generic", "miss", "not served"))
+    assert counts == (6, 15, 0, 1)
 
 
-def test_qwen_moe_misses_its_router_gemm(full):
+def test_qwen_moe_misses_its_router_and_shared_expert_gate_gemms(full):
     report = _report(QWEN, full)
     assert report.device == "sm_89" and not report.covered
-    (miss,) = [v for v in report.verdicts if v.status == "miss"]
+    miss, gate = [v for v in report.verdicts if v.status == "miss"]
+    assert (gate.call.text, gate.call.uses) == ("a[4096, 2048] b[1, 2048]", ("shared_expert_gate",))
     assert (miss.call.op, miss.call.text) == ("gemm", "a[4096, 2048] b[60, 2048]")
     assert "N % 8 == 0" in miss.reason and "N = 60" in miss.reason
     assert miss.fix == {} and miss.spec == {}  # no build option serves N = 60
@@ -203,18 +204,23 @@ def test_an_arch_not_built_names_the_arch_to_add(tmp_path):
 
 def test_a_gpu_no_target_serves_gets_no_build_option(full):
     report = _report(DEEPSEEK, full, device="RTX 5090")  # sm_120: nothing tileaot builds runs
-    assert report.device == "sm_120" and report.count("miss") == len(report.verdicts)
-    assert all("nothing tileaot builds runs on sm_120" in v.reason for v in report.verdicts)
+    misses = [v for v in report.verdicts if v.status != "not served"]
+    assert report.device == "sm_120" and report.count("miss") == len(misses)
+    assert all("nothing tileaot builds runs on sm_120" in v.reason for v in misses)
     assert _check.build_options(report) == {}
 
 
 def test_a_dtype_without_kernels_misses_only_those_ops(full):
     cfg = _model_calls.from_mapping({**_toml(QWEN), "torch_dtype": "float16"})
     fp16 = _check.check(cfg, full, "A100")
-    missed = {v.call.op for v in fp16.verdicts if v.status == "miss"}
-    assert missed == {"moe_expand", "moe_reduce", "gemm"}  # gemm: only the N = 60 router
+    unserved = {v.call.op for v in fp16.verdicts if v.status == "not served"}
+    assert unserved == {"moe_expand", "moe_reduce"}  # every kernel is built: none has fp16
+    missed = {v.call.text for v in fp16.verdicts if v.status == "miss"}
+    assert missed == {"a[4096, 2048] b[60, 2048]", "a[4096, 2048] b[1, 2048]"}  # N % 8
     expand = next(v for v in fp16.verdicts if v.call.op == "moe_expand")
-    assert expand.reason == "tileaot has no moe_expand[fp16] kernel (keys built: bf16, e4m3)"
+    assert expand.reason == (
+        "not served (tileaot has no moe_expand[fp16] kernel; keys built: bf16, e4m3)"
+    )
 
 
 def test_an_ops_filter_names_the_glob_to_add(tmp_path):
@@ -224,7 +230,8 @@ def test_an_ops_filter_names_the_glob_to_add(tmp_path):
     expand = next(v for v in report.verdicts if v.call.op == "moe_expand")
     assert expand.fix == {"TILEAOT_OPS": "rms_norm*,gemm_bf16*,moe_expand_bf16_*"}
     options = _check.build_options(report)["TILEAOT_OPS"].split(",")
-    assert options[:2] == ["rms_norm*", "gemm_bf16*"] and "topk_gate_fp32_sigmoid_*" in options
+    assert options[:2] == ["rms_norm*", "gemm_bf16*"] and "swiglu_bf16_*" in options
+    assert "topk_gate_fp32_sigmoid_*" not in options  # not served: no build adds it
 
 
 def test_specialised_rows_without_their_generic_ask_for_it(tmp_path):
@@ -257,7 +264,9 @@ def test_user_config_specialises_every_served_call(full):
     }
     gemm = config["ops"]["gemm"]["specs"]
     assert {"N": 2816, "K": 2048} in gemm and {"N": 60, "K": 2048} not in gemm
-    assert config["ops"]["topk_gate"]["specs"] == [{"E": 60}]
+    assert "topk_gate" not in config["ops"]  # E = 60: no static E; the generic serves it
+    text = _check.user_config(_report(QWEN, full))
+    assert "# not specialised (the generic variant serves it): topk_gate: a static E" in text
     assert "moe_reduce" not in config["ops"]  # generic only: nothing to specialise
 
 
@@ -369,7 +378,7 @@ def test_fp8_models_cast_before_their_gemms(full):
         "swiglu_per_token_cast_fp8_bf16"
     )
     assert ops[("moe_expand", "e4m3")].variant == "moe_expand_e4m3_e256"
-    assert ops[("gemm", "e4m3")].reason.startswith("tileaot has no gemm[e4m3] kernel")
+    assert ops[("gemm", "e4m3")].reason.startswith("not served (tileaot has no gemm[e4m3] kernel")
 
 
 def test_config_errors_name_the_key(tmp_path):
@@ -386,10 +395,10 @@ def test_config_errors_name_the_key(tmp_path):
 
 def test_cli_exit_status_and_json(tmp_path, capsys):
     manifest = str(write_manifest(tmp_path / "manifest.json"))
-    assert _main.main(["check", str(DEEPSEEK), "--manifest", manifest]) == 0
+    assert _main.main(["check", str(DEEPSEEK), "--manifest", manifest]) == 1
     assert (
-        "22 calls: 7 specialised, 15 generic, 0 miss -> fully covered on sm_90a"
-        in capsys.readouterr().out
+        "22 calls: 6 specialised, 15 generic, 0 miss, 1 not served -> NOT fully covered on "
+        "sm_90a" in capsys.readouterr().out
     )
     saved = tmp_path / "qwen.toml"
     args = ["check", str(QWEN), "--manifest", manifest, "--json", "--save-config", str(saved)]
@@ -397,7 +406,7 @@ def test_cli_exit_status_and_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert saved.read_text() == data["user_config"]
     assert data["covered"] is False and data["device"] == "sm_89"
-    assert [c["status"] for c in data["calls"]].count("miss") == 1
+    assert [c["status"] for c in data["calls"]].count("miss") == 2
     assert _main.main(["check", str(QWEN), "--manifest", manifest, "--arch", "Voodoo"]) == 2
     assert "unknown GPU arch 'Voodoo'" in capsys.readouterr().err
     assert _main.main(["check", str(QWEN), "--manifest", str(tmp_path / "none.json")]) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -33,14 +34,27 @@ def test_config_narrows_keys_and_replaces_specialisations():
         archs = ["sm_90a", "80"]
         [ops.rms_norm]
         dtype = ["bf16"]
-        specs = [{N = 5120}, {N = 128}, {N = 5120}]
+        specs = [{N = 5120}, {N = 1536}, {N = 5120}]
         """
     )
     assert {p.spec.op for p in points} == {"rms_norm"}
     assert {p.key_string for p in points} == {"bf16"}
     # The generic variant is always there; the asked sizes replace the op's own (once each).
-    assert [dict(p.specialisation) for p in points] == [{}, {"N": 5120}, {"N": 128}]
+    assert [dict(p.specialisation) for p in points] == [{}, {"N": 5120}, {"N": 1536}]
     assert {p.archs for p in points} == {("sm_80", "sm_90a")}
+
+
+@pytest.mark.parametrize(
+    "table, words",
+    [
+        ("[ops.rms_norm]\nspecs = [{N = 128}]", "{N = 128} cannot be built for bf16"),
+        ("[ops.topk_gate]\nspecs = [{E = 60}]", "a static E must be a multiple of 32"),
+        ('[ops.swiglu]\ndtype = ["fp32"]\nspecs = [{H = 1410}]', "multiple of 4 for fp32"),
+    ],
+)
+def test_sizes_the_kernel_cannot_specialise_are_refused_before_tracing(table, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        _variants(table)
 
 
 def test_unlisted_fields_and_absent_specs_keep_the_ops_defaults():

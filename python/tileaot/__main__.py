@@ -70,6 +70,7 @@ def _check(args: argparse.Namespace) -> int:
     from . import _check, _manifest, _model_calls
 
     try:
+        _check_paths(args)
         cfg = _model_calls.load_config(args.config)
         if args.tokens is not None:
             cfg = dataclasses.replace(cfg, tokens=args.tokens)
@@ -78,11 +79,41 @@ def _check(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:  # unreadable files, bad configs, unknown archs
         print(f"tileaot check: {e}", file=sys.stderr)
         return 2
-    if args.save_config:
-        Path(args.save_config).write_text(_check.user_config(report))
     text = json.dumps(_check.to_json(report), indent=1) if args.json else None
     print(text or _check.format_report(report))
+    if args.save_config:
+        try:
+            Path(args.save_config).write_text(_check.user_config(report))
+        except OSError as e:  # checked above; a write can still fail (disk full, permissions)
+            print(f"tileaot check: --save-config {args.save_config}: {e.strerror}", file=sys.stderr)
+            return 2
     return 0 if report.covered else 1
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """The mistakes that would otherwise surface after the report: one line, before any work."""
+    config = Path(args.config)
+    if config.is_dir():
+        hint = " (give its config.json)" if (config / "config.json").is_file() else ""
+        raise ValueError(f"{config} is a folder, not a model config{hint}")
+    if not config.is_file():
+        raise ValueError(
+            f"no model config at {config}: give a Hugging Face config.json or a TOML file "
+            "(examples/models/ has some)"
+        )
+    if args.tokens is not None and args.tokens < 1:
+        raise ValueError(f"--tokens {args.tokens}: give the rows per call, a positive integer")
+    if args.save_config:
+        out = Path(args.save_config)
+        if out.is_dir():
+            raise ValueError(
+                f"--save-config {out} is a folder: give a file name, e.g. {out}/model.toml"
+            )
+        if not out.parent.is_dir():
+            raise ValueError(
+                f"--save-config {out}: folder {out.parent} does not exist (create it first, "
+                "or save elsewhere)"
+            )
 
 
 def _this_gpu() -> str:
@@ -105,7 +136,8 @@ def _cmake_prefix_path() -> int:
     if not config.is_file():
         print(
             f"tileaot: no CMake package at {config.parent}: this is not an installed wheel (a "
-            "source checkout?). Install the wheel (pip install .) and run this again.",
+            "source checkout?). Build and install the wheel (bash scripts/build_wheel.sh) and run "
+            "this again.",
             file=sys.stderr,
         )
         return 1

@@ -6,9 +6,12 @@ choice of variant, replayed on the build's manifest (tileaot._manifest), and get
     specialised  a variant built for exactly these sizes (the fast path)
     generic      the runtime-size variant: correct, possibly slower
     miss         nothing would run (VariantMissError): why, and the build option that adds it
+    not served   tileaot has no kernel for what the model computes there (a routing, norm,
+                 activation or weight format no op implements): no build adds it
 
 The report ends with the build options that add what is missing and a bring-your-shapes TOML
-(build_tools/userconfig.py) that builds this model's ops for its GPU, every size specialised.
+(build_tools/userconfig.py) that builds this model's ops for its GPU, every size specialised
+that the kernel can specialise (tileaot._buildable: checked before anything is traced).
 Needs neither a GPU nor the native module.
 """
 
@@ -19,21 +22,23 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import _arch, _manifest
+from . import _arch, _buildable, _manifest
 from ._manifest import Manifest, Row
 from ._model_calls import Call, ModelConfig, calls
 
-SPECIALISED, GENERIC, MISS = "specialised", "generic", "miss"
+SPECIALISED, GENERIC, MISS, UNSERVED = "specialised", "generic", "miss", "not served"
+STATUSES = (SPECIALISED, GENERIC, MISS, UNSERVED)
 
 
 @dataclass(frozen=True)
 class Verdict:
     call: Call
-    status: str  # SPECIALISED, GENERIC or MISS
+    status: str  # SPECIALISED, GENERIC, MISS or UNSERVED
     variant: str | None = None  # what the runtime would launch
     reason: str = ""  # why a miss
     fix: dict[str, str] = field(default_factory=dict)  # build option -> value it needs added
     spec: dict[str, int] = field(default_factory=dict)  # the specialisation fitting this call
+    unbuildable: str = ""  # why the kernel cannot specialise this call's sizes (spec left empty)
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class Report:
 
     @property
     def covered(self) -> bool:
-        return all(v.status != MISS for v in self.verdicts)
+        return all(v.status in (SPECIALISED, GENERIC) for v in self.verdicts)
 
     def count(self, status: str) -> int:
         return sum(v.status == status for v in self.verdicts)
@@ -59,6 +64,10 @@ def check(cfg: ModelConfig, manifest: Manifest, device: str) -> Report:
 
 
 def _verdict(manifest: Manifest, call: Call, major: int, minor: int) -> Verdict:
+    if call.unserved:
+        return Verdict(
+            call, UNSERVED, reason=f"not served (tileaot has no kernel for {call.unserved})"
+        )
     group = manifest.group(call.op, call.key)
     if group and len(call.shapes) != len(group[0].dims):
         raise ValueError(  # a wrapper changed its layout and _model_calls did not follow
@@ -66,13 +75,23 @@ def _verdict(manifest: Manifest, call: Call, major: int, minor: int) -> Verdict:
             f"tileaot check made {len(call.shapes)}: update tileaot/_model_calls.py"
         )
     spec = _spec_for(group, call.shapes)
+    unbuildable = _buildable.why_not(call.op, call.key, spec) or "" if spec else ""
+    if unbuildable:
+        spec = {}
     row = _manifest.select(group, major, minor, call.shapes)
     if row is not None:
-        return Verdict(call, GENERIC if row.generic else SPECIALISED, row.name, spec=spec)
+        status = GENERIC if row.generic else SPECIALISED
+        return Verdict(call, status, row.name, spec=spec, unbuildable=unbuildable)
+    if not group and "*" in manifest.ops:  # every kernel tileaot has was built: none serves it
+        built = manifest.keys(call.op)
+        have = f"keys built: {', '.join(built)}" if built else "no such op in this build"
+        why = f"not served (tileaot has no {call.op}[{call.key}] kernel; {have})"
+        return Verdict(call, UNSERVED, reason=why)
     reason, fix, shape_miss = _why_missing(manifest, call, group, major, minor)
     # A shape the generic variant rejects (N % 8 for gemm) would not suit a specialisation
     # either: leave it out of the suggested build.
-    return Verdict(call, MISS, reason=reason, fix=fix, spec={} if shape_miss else spec)
+    spec = {} if shape_miss else spec
+    return Verdict(call, MISS, reason=reason, fix=fix, spec=spec, unbuildable=unbuildable)
 
 
 # ---- why a call misses, and what adds it ------------------------------------------------------
@@ -97,10 +116,8 @@ def _why_missing(
 
 
 def _missing_key(m: Manifest, call: Call, label: str) -> tuple[str, dict[str, str]]:
+    """A key not in a reduced build (a full build's missing keys are UNSERVED, in _verdict)."""
     built = m.keys(call.op)
-    if "*" in m.ops:  # every variant tileaot has was built: the kernel does not exist
-        have = f"keys built: {', '.join(built)}" if built else "no such op in this build"
-        return f"tileaot has no {label} kernel ({have})", {}
     have = f" (keys built: {', '.join(built)})" if built else ""
     why = f"{label} is not in this build (ops filter {','.join(m.ops)}){have}"
     return why, _ops_fix(m, f"{_name_prefix(call)}_*")
@@ -191,14 +208,17 @@ def user_config(report: Report) -> str:
     """A bring-your-shapes TOML building this model's ops for its GPU, every size specialised."""
     major, minor = _arch.parse_device(report.device)
     target = _arch.best_buildable(major, minor)
-    ops = list(dict.fromkeys(v.call.op for v in report.verdicts))
+    served = [v for v in report.verdicts if v.status != UNSERVED]
+    ops = list(dict.fromkeys(v.call.op for v in served))
     lines = [f"# tileaot build for {report.model} on {report.device} (python -m tileaot check)"]
+    skipped = dict.fromkeys(v.unbuildable for v in served if v.unbuildable)
+    lines += [f"# not specialised (the generic variant serves it): {why}" for why in skipped]
     lines += ["[build]"]
     if target is not None:
         lines.append(f'archs = ["{target.removeprefix("sm_")}"]')
     lines.append("ops = [" + ", ".join(f'"{op}"' for op in ops) + "]")
     for op in ops:
-        specs = [v.spec for v in report.verdicts if v.call.op == op and v.spec]
+        specs = [v.spec for v in served if v.call.op == op and v.spec]
         specs = [dict(s) for s in dict.fromkeys(tuple(s.items()) for s in specs)]
         if specs:
             lines += ["", f"[ops.{op}]", *_toml_specs(specs)]
@@ -246,6 +266,8 @@ def format_report(report: Report) -> str:
         lines += _format_verdict(v)
     n = len(report.verdicts)
     summary = ", ".join(f"{report.count(s)} {s}" for s in (SPECIALISED, GENERIC, MISS))
+    if report.count(UNSERVED):
+        summary += f", {report.count(UNSERVED)} {UNSERVED}"
     verdict = "fully covered" if report.covered else "NOT fully covered"
     lines += ["", f"{n} calls: {summary} -> {verdict} on {report.device}"]
     options = build_options(report)
@@ -258,8 +280,9 @@ def format_report(report: Report) -> str:
         ]
     lines += [
         "",
-        "A wheel for this model, every call specialised: this TOML (--save-config FILE writes",
-        "it) built with `python -m build_tools wheel --config FILE` (bring your shapes):",
+        "A wheel for this model, every call served with the sizes its kernels can specialise:",
+        "this TOML (--save-config FILE writes it) built with `python -m build_tools wheel",
+        "--config FILE` (bring your shapes):",
     ]
     lines += ["  " + line if line else "" for line in user_config(report).splitlines()]
     return "\n".join(lines)
@@ -267,12 +290,16 @@ def format_report(report: Report) -> str:
 
 def _format_verdict(v: Verdict) -> list[str]:
     c = v.call
-    head = f"  {v.status.upper() if v.status == MISS else v.status:<12} {c.op}[{c.key}] {c.text}"
+    status = v.status.upper() if v.status in (MISS, UNSERVED) else v.status
+    head = f"  {status:<12} {c.op}[{c.key}] {c.text}"
     uses = f"      used by: {', '.join(u for u in c.uses if u)}"
+    if v.status == UNSERVED:
+        return [head, uses, f"      {v.reason}"]
     if v.status != MISS:
         hint = ""
         if v.status == GENERIC and v.spec:
             hint = "  (specialise: " + ", ".join(f"{k} = {n}" for k, n in v.spec.items()) + ")"
-        return [f"{head} -> {v.variant}{hint}", uses]
+        extra = [f"      not specialisable: {v.unbuildable}"] if v.unbuildable else []
+        return [f"{head} -> {v.variant}{hint}", uses, *extra]
     fix = " ".join(f"{k}={val}" for k, val in v.fix.items())
     return [head, uses, f"      miss: {v.reason}" + (f" -> build with {fix}" if fix else "")]

@@ -33,8 +33,9 @@ _fast: dict[tuple, int] = {}
 
 _NOT_BUILT = (
     "tileaot's native module ({name}) is not built: this looks like a source checkout. Build "
-    "and install the wheel from the repository root (`pip install .`, see README.md) and import "
-    "tileaot from the installed package."
+    "the wheel from the repository root with `bash scripts/build_wheel.sh` (or `pip install "
+    "-r requirements-build.txt` then `pip install --no-build-isolation .`; a plain `pip install "
+    ".` cannot trace the kernels), install it and import tileaot from the installed package."
 )
 _NOT_LOADED = (
     "tileaot's native module ({name}) could not be loaded: {error}. Reinstall the wheel built "
