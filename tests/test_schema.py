@@ -55,7 +55,7 @@ def test_the_grammar_reads_back():
     assert s.scalars == (("eps", "float32"), ("n", "int32"))
     assert s.writes == 0b11100
     assert s.flat({"M": 2, "H": 256}) == (2, 512, 256, 2, 256, 2, 2, 64)
-    assert s.example_shapes("bf16") == ("x[2, 512]", (2, 512, 256, 2, 256, 2, 2, 64))
+    assert s.example_shapes("bf16") == ("x[2, 2 * 256]", (2, 512, 256, 2, 256, 2, 2, 64))
     with pytest.raises(ValueError, match="unknown dtype"):
         OpSchema("bad", "x[N]: Q -> y[N]: Q")
 
@@ -70,7 +70,7 @@ def test_the_launcher_is_straight_line_code_in_kernel_order():
 EXAMPLES = {
     "rms_norm": ("x[4096, 4096]", (4096,) * 5),
     "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
-    "swiglu": ("x[4096, 4096]", (4096, 4096, 4096, 2048)),
+    "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
 }
 WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10}
 TORCH_ARGS = {
@@ -155,7 +155,7 @@ def test_every_traced_variant_matches_its_schema(op):
     from build_tools.trace import signature_of
 
     points = enumerate_variants(
-        importlib.import_module("kernels_py").all_specs(), ("80",), (f"{op}_*",)
+        importlib.import_module("kernels_py").all_specs(), ("sm_80",), (f"{op}_*",)
     )
     points = [p for p in points if p.spec.op == op]  # "swiglu_*" also selects swiglu_per_token…
     assert points, op

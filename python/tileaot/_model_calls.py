@@ -27,12 +27,14 @@ check reports it "not served" (no build adds it). Attention itself, embeddings a
 embeddings are not tileaot ops and are not listed.
 
 A call's shapes are laid out as its Python wrapper passes them to the runtime (all tensor
-dims, concatenated): tests/test_check.py holds each builder to its wrapper's example_shapes.
+dims, concatenated): for ops with a schema the layout is the schema's (`OpSchema.flat`); for
+the others tests/test_check.py holds each builder to its wrapper's example_shapes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -498,16 +500,22 @@ def _moe(cfg: ModelConfig, moe: Moe) -> Iterator[Call]:
 # ---- one builder per op: the wrapper's flat shape layout --------------------------------------
 
 
+def _from_schema(op: str, key: str, use: str, **dims: int) -> Call:
+    """A call of an op with a schema (tileaot/_schema.py): its layout is the schema's."""
+    schema = importlib.import_module(f"{__package__}.{op}").SCHEMA
+    return Call(op, key, schema.flat(dims), schema.describe(dims), (use,))
+
+
 def rms_norm(dt: str, m: int, n: int, use: str = "") -> Call:
-    return Call("rms_norm", dt, (m, n, n, m, n), f"x[{m}, {n}]", (use,))
+    return _from_schema("rms_norm", dt, use, M=m, N=n)
 
 
 def gemm(dt: str, m: int, n: int, k: int, use: str = "") -> Call:
-    return Call("gemm", dt, (m, k, n, k, m, n), f"a[{m}, {k}] b[{n}, {k}]", (use,))
+    return _from_schema("gemm", dt, use, M=m, N=n, K=k)
 
 
 def swiglu(dt: str, m: int, h: int, use: str = "") -> Call:
-    return Call("swiglu", dt, (m, 2 * h, m, h), f"x[{m}, 2 * {h}]", (use,))
+    return _from_schema("swiglu", dt, use, M=m, H=h)
 
 
 def swiglu_per_token_cast_fp8(dt: str, m: int, h: int, use: str = "") -> Call:

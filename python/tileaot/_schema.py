@@ -169,6 +169,11 @@ class OpSchema:
             if t.dtype not in LITERALS and t.dtype not in self.dtypes:
                 raise ValueError(f"schema {self.op}: {t.name} has unknown dtype {t.dtype!r}")
         self._launch: Callable | None = None
+        self._bind: Callable | None = None
+        self._outputs: Callable | None = None
+        # The short path's output bits: bit i set for each tensor (kernel order) the kernel
+        # writes. A plain attribute: the ops read it on every call.
+        self.writes = sum(1 << i for i, t in enumerate(self.tensors) if t.role != "in")
 
     # ------------------------------------------------------------ derived facts
     @property
@@ -179,11 +184,6 @@ class OpSchema:
     def outs(self) -> tuple[TensorSpec, ...]:
         return tuple(t for t in self.tensors if t.role == "out")
 
-    @property
-    def writes(self) -> int:
-        """The short path's output bits: bit i set for each tensor (kernel order) written."""
-        return sum(1 << i for i, t in enumerate(self.tensors) if t.role != "in")
-
     def flat(self, dims: Mapping[str, int]) -> tuple[int, ...]:
         """The flat shapes the kernel takes: every dim of every tensor, in kernel order."""
         return tuple(
@@ -193,22 +193,34 @@ class OpSchema:
     def key_of(self, picked: Mapping[str, str], **extra: str) -> str:
         return self.key.format(**picked, **extra)
 
-    def example_shapes(self, key: str) -> tuple[str, tuple[int, ...]]:
-        """A typical call for `python -m tileaot info`: its description (the input matrices'
-        sizes) and flat shapes, from the schema's `example` sizes."""
-        dims = dict(self.example)
-        desc = " ".join(
-            f"{t.name}[{', '.join(str(d.value(dims)) for d in t.dims)}]"
+    def describe(self, dims: Mapping[str, int]) -> str:
+        """A call's input matrices as text: ``x[4096, 7168]`` (what `info` and `check` print)."""
+        return " ".join(
+            f"{t.name}[{', '.join(_shown(d, dims) for d in t.dims)}]"
             for t in self.inputs
             if len(t.dims) >= 2
         )
-        return desc, self.flat(dims)
+
+    def example_shapes(self, key: str) -> tuple[str, tuple[int, ...]]:
+        """A typical call for `python -m tileaot info`: its description and flat shapes, from
+        the schema's `example` sizes."""
+        return self.describe(self.example), self.flat(self.example)
 
     # ------------------------------------------------------------ the checked path
     def bind(self, args: Mapping[str, Any]) -> Bound:
         """Check the input tensors (`args`: API name -> tensor or None for optional ones):
         dtypes, ranks, tied dims, then device and layout. Raises TypeError/ValueError naming
-        the argument."""
+        the argument.
+
+        Straight-line code generated for this schema (`_compile_bind`) checks a valid call with
+        one condition per rule; any failure reruns `bind_checked`, the rule-by-rule version
+        that works out which rule broke and says so."""
+        if self._bind is None:
+            self._bind = _compile_bind(self)
+        return self._bind(args)
+
+    def bind_checked(self, args: Mapping[str, Any]) -> Bound:
+        """`bind`, one rule at a time (the slow path: it raises the precise error)."""
         picked: dict[str, str] = {}
         first: dict[str, tuple[str, Any]] = {}
         for spec in self.inputs:
@@ -292,6 +304,14 @@ class OpSchema:
     def outputs(self, fw: Any, like: Any, b: Bound, out: Any, inputs: Mapping[str, Any]) -> tuple:
         """The output tensors: allocated like `like` (its framework and device), or `out=`
         checked (type, dtype, shape, device, layout, no overlap with inputs or each other)."""
+        if self._outputs is None:
+            self._outputs = _compile_outputs(self)
+        return self._outputs(fw, like, b, out, inputs)
+
+    def outputs_checked(
+        self, fw: Any, like: Any, b: Bound, out: Any, inputs: Mapping[str, Any]
+    ) -> tuple:
+        """`outputs` for `out=` (and any output whose size needs the int32 check)."""
         outs, device = self.outs, b.device
         shapes = [self.out_shape(s, b.dims, b.lead) for s in outs]
         dtypes = [getattr(fw, LITERALS[_short(s.dtype, b.picked)][0]) for s in outs]
@@ -401,6 +421,13 @@ class OpSchema:
                 raise ValueError(f"{self.op}: scalar {name} is {p['dtype']}, the schema {ctype}")
 
 
+def _shown(d: Dim, dims: Mapping[str, int]) -> str:
+    """A dim's size as `describe` prints it: ``2 * 2048`` for a ``2*H`` dim (the structure)."""
+    if d.factor > 1:
+        return f"{d.factor} * {dims[d.name]}"
+    return str(dims[d.name] if d.lead else d.value(dims))
+
+
 def _maybe_value(d: Dim, values: Mapping[str, int]) -> int | None:
     try:
         return d.value(values) if not d.lead else values.get(d.name)
@@ -471,3 +498,167 @@ def _expr_names(schema: OpSchema) -> set[str]:
         if d.name is None and not d.text.isdigit()
         for n in _NAME.findall(d.text)
     }
+
+
+def _compile_bind(schema: OpSchema) -> Callable:
+    """Straight-line `bind` for `schema`: for a valid call, one condition per rule and no
+    loops; on any failure it calls `bind_checked`, which raises the precise error."""
+    lines, types, conds, picked, dims, present = [], [], [], {}, {}, []
+    holder: dict[str, str] = {}
+    for i, t in enumerate(schema.inputs):
+        v = f"a{i}"
+        lines.append(f"    {v} = args[{t.api!r}]")
+        if t.optional:  # optional tensors: the generic path (rare in the ops with schemas)
+            return schema.bind_checked
+        present.append((t.api, v))
+        types.append(f"type({v}) is A.Tensor")
+        if t.dtype in LITERALS:
+            conds.append(f"{v}.dtype is A._torch.{LITERALS[t.dtype][0]}")
+        elif t.dtype in holder:
+            conds.append(f"{v}.dtype is d{holder[t.dtype]}")
+        else:
+            holder[t.dtype] = str(i)
+            picked[t.dtype] = f"k{i}"
+            conds.insert(0, f"k{i} in {tuple(schema.dtypes[t.dtype])!r}")
+            lines.append(
+                f"    if not ({' and '.join(types)}):\n        return schema.bind_checked(args)"
+            )
+            types = []
+            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORT.get(d{i})")
+    checks = []
+    for i, t in enumerate(schema.inputs):
+        v = f"a{i}"
+        fixed = t.dims[1:] if t.lead else t.dims
+        rank = f"len(s{i}) >= {len(fixed)}" if t.lead else f"len(s{i}) == {len(fixed)}"
+        checks.append(f"    s{i} = {v}.shape")
+        checks.append(f"    if not ({rank}):\n        return schema.bind_checked(args)")
+        n = len(fixed)
+        if t.lead and t.dims[0].name not in dims:
+            dims[t.dims[0].name] = f"prod(s{i}[:len(s{i}) - {n}])"
+            dims["__lead__"] = f"s{i}[:len(s{i}) - {n}]"
+        for j, d in enumerate(fixed):
+            item = f"s{i}[{j - n}]" if t.lead else f"s{i}[{j}]"
+            if d.text.isdigit():
+                checks.append(
+                    f"    if {item} != {d.text}:\n        return schema.bind_checked(args)"
+                )  # noqa: E501
+                continue
+            if d.name is None:
+                return schema.bind_checked
+            size = item if d.factor == 1 else f"({item} // {d.factor})"
+            if d.factor > 1:
+                checks.append(
+                    f"    if {item} % {d.factor}:\n        return schema.bind_checked(args)"
+                )
+            if d.name in dims:
+                checks.append(
+                    f"    if {size} != {d.name}:\n        return schema.bind_checked(args)"
+                )
+            else:
+                dims[d.name] = size
+                checks.append(f"    {d.name} = {size}")
+    lead = dims.pop("__lead__", "()")
+    for name, expr in dims.items():
+        if expr.startswith("prod("):
+            checks.append(f"    {name} = {expr}")
+    names = ", ".join(repr(n) for n, _ in present)
+    tensors = ", ".join(v for _, v in present)
+    src = "def bind(args):\n" + "\n".join(lines) + "\n"
+    test = " and ".join(types + conds) or "True"
+    src += f"    if not ({test}):\n        return schema.bind_checked(args)\n"
+    src += "\n".join(checks) + "\n"
+    src += f"    device = check_memory(({names},), ({tensors},))\n"
+    pick = ", ".join(f"{k!r}: {e}" for k, e in picked.items())
+    dim = ", ".join(f"{k!r}: {k}" for k in dims)
+    src += f"    return Bound({{{pick}}}, {{{dim}}}, device, {lead})\n"
+    return _exec(src, schema, "bind")
+
+
+def _exec(src: str, schema: OpSchema, name: str) -> Callable:
+    from . import _arrays
+
+    scope: dict[str, Any] = {
+        "schema": schema,
+        "Bound": Bound,
+        "prod": math.prod,
+        "check_memory": _validate.check_memory,
+        "SHORT": _validate._SHORT,
+        "A": _arrays,  # A.Tensor, A._torch: torch's, once the first torch tensor was seen
+    }
+    exec(compile(src, f"<tileaot {name} {schema.op}>", "exec"), scope)  # noqa: S102
+    fn = scope[name]
+    fn.__source__ = src
+    return fn
+
+
+def _compile_outputs(schema: OpSchema) -> Callable:
+    """Straight-line `outputs` for `schema`: output shapes and dtypes from the bound sizes, the
+    int32 check, then allocation or the `out=` checks (as `outputs_checked` makes them)."""
+    outs = schema.outs
+    names = sorted({d.name for t in schema.tensors for d in t.dims if d.name} | _expr_names(schema))
+    lines = ["def outputs(fw, like, b, out, inputs):", "    dims = b.dims"]
+    lines += [f"    {n} = dims.get({n!r})" for n in names]
+    shapes, dtypes = [], []
+    for i, t in enumerate(outs):
+        own = [_size_expr(d) for d in (t.dims[1:] if t.lead else t.dims)]
+        shape = (
+            "(*b.lead, " + "".join(f"{e}, " for e in own) + ")"
+            if t.lead
+            else ("(" + "".join(f"{e}, " for e in own) + ")")
+        )
+        lines.append(f"    sh{i} = {shape}")
+        if not any([d.text for d in x.dims] == [d.text for d in t.dims] for x in schema.inputs):
+            # an output shaped as no input is: its size has not been checked yet
+            lines.append(
+                f"    if max(sh{i}, default=0) >= LIMIT or prod(sh{i}) >= LIMIT:\n"
+                f"        check_size({t.name + ' (the output)'!r}, sh{i})"
+            )
+        dt = repr(t.dtype) if t.dtype in LITERALS else f"b.picked[{t.dtype!r}]"
+        lines.append(f"    dt{i} = getattr(fw, ATTR[{dt}])")
+        shapes.append(f"sh{i}")
+        dtypes.append(f"dt{i}")
+    made = ", ".join(f"like.new_empty(sh{i}, dtype=dt{i})" for i in range(len(outs)))
+    lines.append(f"    if out is None:\n        return ({made},)")
+    if len(outs) == 1:
+        lines.append(f"    given = (out,)\n    names = ({outs[0].api!r},)")
+    else:
+        names = tuple(f"out[{i}] ({t.name})" for i, t in enumerate(outs))
+        what = ", ".join(t.name for t in outs)
+        lines.append(
+            f"    if not isinstance(out, (tuple, list)) or len(out) != {len(outs)}:\n"
+            f"        raise TypeError('out must be a ({what}) tuple of tensors; got ' "
+            "+ type(out).__name__)"
+        )
+        lines.append(f"    given = tuple(out)\n    names = {names!r}")
+    for i in range(len(outs)):
+        lines.append(f"    check_out(names[{i}], given[{i}], dt{i}, sh{i}, b.device)")
+    ins = tuple(t.api for t in schema.inputs)
+    if any(t.optional for t in schema.inputs):
+        lines.append("    ins = tuple(n for n, t in inputs.items() if t is not None)")
+        lines.append("    check_no_overlap(names, given, ins, tuple(inputs[n] for n in ins))")
+    else:
+        vals = "".join(f"inputs[{n!r}], " for n in ins)
+        lines.append(f"    check_no_overlap(names, given, {ins!r}, ({vals}))")
+    lines.append("    return given")
+    scope = {
+        "LIMIT": _validate.INT32_LIMIT,
+        "prod": math.prod,
+        "check_size": _validate.check_size,
+        "check_out": _validate.check_out,
+        "check_no_overlap": _validate.check_no_overlap,
+        "ATTR": {short: attr for short, (attr, _) in LITERALS.items()},
+    }
+    src = "\n".join(lines) + "\n"
+    exec(compile(src, f"<tileaot outputs {schema.op}>", "exec"), scope)  # noqa: S102
+    fn = scope["outputs"]
+    fn.__source__ = src
+    return fn
+
+
+def _size_expr(d: Dim) -> str:
+    """A dim as Python over the size names (the generated code's locals)."""
+    if d.text.isdigit():
+        return d.text
+    if d.name is not None:
+        return d.name if d.factor == 1 else f"{d.factor} * {d.name}"
+    return f"({d.text})"
