@@ -41,7 +41,7 @@ _MODULE_COMMANDS = {
     "wheel": ("build_tools.userwheel", "build a wheel (optionally from a TOML) offline"),
     "sdist": ("build_tools.sdist", "source distribution with generated sources (no tilelang)"),
     "audit-wheel": ("build_tools.wheel_audit", "check a wheel bundles/needs no CUDA library"),
-    "merge": ("build_tools.shard", "merge the gen folders of `generate --shard i/n` into one"),
+    "merge": ("build_tools.merge", "merge the gen folders of `generate --shard i/n` into one"),
     "report": ("build_tools.report", "write GEN/report.{md,json}; check the size budget"),
     "pack": ("build_tools.blob", "pack a cubin into the (zlib-compressed) blob libtileaot embeds"),
     "hip": ("build_tools.hip", "HIP sources + manifest for gfx90a/gfx942 (docs/HIP.md)"),

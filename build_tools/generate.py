@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 from importlib.metadata import version
@@ -18,36 +17,19 @@ from pathlib import Path
 from build_tools.cache import Cache
 from build_tools.emit_cpp import emit_registry
 from build_tools.emit_ops_hpp import emit_ops_hpp
+from build_tools.fsutil import write_if_different
 from build_tools.matrix import ARCH_ORDER, enumerate_variants
 from build_tools.schema_check import schema_of
+from build_tools.specs import load_specs
 from build_tools.tracing import trace_all
 
 GEN_FORMAT = 1
-
-
-def write_if_different(path: Path, text: str) -> bool:
-    """Write only when the content changes, so the build's timestamps stay meaningful."""
-    data = text.encode()
-    if path.exists() and path.read_bytes() == data:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return True
 
 
 def arch_parts(arch: str) -> tuple[int, int, bool]:
     """'sm_90a' → (9, 0, True); 'sm_86' → (8, 6, False)."""
     digits = arch[3:].rstrip("a")
     return int(digits[:-1]), int(digits[-1]), arch.endswith("a")
-
-
-def load_specs(module: str = "kernels_py"):
-    """The KernelSpecs of `module` (its all_specs()); tests use small modules of their own."""
-    import importlib
-
-    return importlib.import_module(module).all_specs()
 
 
 def _compile_units(points, traced):

@@ -31,9 +31,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 from build_tools import work_queue
-from build_tools.generate import load_specs, write_if_different
+from build_tools.fsutil import write_if_different
 from build_tools.matrix import VariantPoint, enumerate_variants, parse_ops
 from build_tools.progress import Progress
+from build_tools.specs import load_specs
 from kernels_py.spec import DEFAULT_ARCHS
 
 HIP_ARCHS = ("gfx90a", "gfx942")  # CDNA2 (MI200) and CDNA3 (MI300)

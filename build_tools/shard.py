@@ -18,10 +18,7 @@ tests/test_trace_determinism.py checks it.
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import sys
 from pathlib import Path
 
 SHARD_FORMAT = 1
@@ -45,7 +42,7 @@ def select_shard(points: list, index: int, count: int) -> list:
 def write_shard_data(out: Path, shard, module: str, archs, ops, points, traced) -> None:
     from importlib.metadata import version
 
-    from build_tools.generate import write_if_different
+    from build_tools.fsutil import write_if_different
 
     info = {
         "format": SHARD_FORMAT,
@@ -85,67 +82,3 @@ def _read_shards(dirs: list[Path]) -> list[dict]:
         have = ", ".join(f"{i['shard'][0]}/{i['shard'][1]}" for i in infos)
         raise SystemExit(f"need each of shards 1/{count} ... {count}/{count} once; got {have}")
     return infos
-
-
-def merge(out: Path, dirs: list[Path]) -> dict:
-    from build_tools.generate import load_specs, write_gen, write_if_different
-    from build_tools.matrix import enumerate_variants
-
-    infos = _read_shards([Path(d) for d in dirs])
-    first = infos[0]
-    points = enumerate_variants(
-        load_specs(first["specs"]), tuple(first["archs"]), tuple(first["ops"])
-    )
-    wanted = [p.name for p in points]
-    got = [name for info in infos for name in info["variants"]]
-    if sorted(got) != sorted(wanted):
-        missing, extra = sorted(set(wanted) - set(got)), sorted(set(got) - set(wanted))
-        raise SystemExit(
-            "the shards do not make up this matrix (same specs module, TILEAOT_CONFIG and "
-            f"kernels_py on every machine?): missing {missing[:5]}, unexpected {extra[:5]}"
-        )
-    traced, stats = {}, {}
-    for info in infos:
-        data = json.loads((info["dir"] / "shard" / "traced.json").read_text())
-        traced |= {tuple(k.rsplit("@", 1)): v for k, v in data.items()}
-        stats_path = info["dir"] / "stats" / "trace.json"
-        if stats_path.is_file():
-            stats |= json.loads(stats_path.read_text())
-    manifest = write_gen(out, points, traced, first["archs"], first["ops"], first["tilelang"])
-    write_if_different(
-        out / "stats" / "trace.json", json.dumps(dict(sorted(stats.items())), indent=1) + "\n"
-    )
-    copied = _copy_cubins(out, manifest, [info["dir"] for info in infos])
-    print(
-        f"tileaot merge: {len(infos)} shards, {len(wanted)} variants, "
-        f"{copied} of {len(manifest['cubins'])} cubins already compiled → {out}",
-        file=sys.stderr,
-    )
-    return manifest
-
-
-def _copy_cubins(out: Path, manifest: dict, dirs: list[Path]) -> int:
-    """Cubins (and their compile stats) the shards already made; the rest compile later."""
-    copied = 0
-    for entry in manifest["cubins"]:
-        for d in dirs:
-            src = d / entry["cubin"]
-            if src.is_file():
-                dest = out / entry["cubin"]
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dest)  # a fresh mtime: newer than the merged sources
-                stats = src.with_name(src.name + ".json")  # compile time, cache hit
-                if stats.is_file():
-                    shutil.copyfile(stats, dest.with_name(stats.name))
-                copied += 1
-                break
-    return copied
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m build_tools merge")
-    parser.add_argument("out", type=Path, help="the merged gen folder")
-    parser.add_argument("shards", type=Path, nargs="+", help="gen folders of generate --shard")
-    args = parser.parse_args(argv)
-    merge(args.out, args.shards)
-    return 0

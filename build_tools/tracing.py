@@ -31,7 +31,7 @@ def job_name(name: str, arch: str) -> str:
 
 def trace_job(module: str, op: str, key: dict, specialisation: dict, arch: str) -> list:
     """Runs in a worker process: trace one (variant, arch) into plain JSON data."""
-    from build_tools.generate import load_specs
+    from build_tools.specs import load_specs
     from build_tools.trace import trace
 
     spec = next(s for s in load_specs(module) if s.op == op)

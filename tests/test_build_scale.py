@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from build_tools import compile as compile_mod
-from build_tools import report, shard, work_queue
+from build_tools import merge, report, shard, work_queue
 from build_tools.cache import Cache, cache_dir, module_digest
 from build_tools.progress import Progress
 from build_tools.tracing import estimate
@@ -281,13 +281,13 @@ def _fake_shard(root: Path, index: int, count: int, **changes) -> Path:
 
 def test_merge_refuses_incomplete_or_disagreeing_shards(tmp_path):
     with pytest.raises(SystemExit, match="need each of shards 1/3"):
-        shard.merge(tmp_path / "out", [_fake_shard(tmp_path, 1, 3), _fake_shard(tmp_path, 3, 3)])
+        merge.merge(tmp_path / "out", [_fake_shard(tmp_path, 1, 3), _fake_shard(tmp_path, 3, 3)])
     a = _fake_shard(tmp_path / "x", 1, 2)
     b = _fake_shard(tmp_path / "x", 2, 2, archs=["sm_80"])
     with pytest.raises(SystemExit, match="shards disagree on archs"):
-        shard.merge(tmp_path / "out", [a, b])
+        merge.merge(tmp_path / "out", [a, b])
     with pytest.raises(SystemExit, match="is not a shard"):
-        shard.merge(tmp_path / "out", [tmp_path])
+        merge.merge(tmp_path / "out", [tmp_path])
 
 
 def _build_tools(*args: str, cache: Path) -> None:
