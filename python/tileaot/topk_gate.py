@@ -26,21 +26,26 @@ def topk_gate(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the `k` highest-scoring experts of each token and their gate weights.
 
-    For each row ``t`` of `scores`:
+    For each row ``t`` of `scores` (TileKernels 1.0.0's routing semantics):
 
-    * ``idx[t]`` holds the indices of the `k` largest ``scores[t, :]``, largest first. Equal
-      scores are ordered by expert index, smaller first, so the result is the same on every
-      GPU and every run (``torch.topk`` gives no such guarantee). A NaN score counts as -inf.
+    * ``idx[t]`` holds the `k` experts of largest rank, largest first. The rank is the score
+      itself (softmax) or its float32 sigmoid (sigmoid), as TileKernels' ``top2_sum_gate``
+      ranks them; the float32 sigmoid saturates (it is 1.0 from a logit of about 17 up), so
+      large logits tie. Equal ranks are ordered by expert index, smaller first, and a NaN
+      score ranks above every other one (+inf included), as TileKernels' ``stable_topk`` (a
+      stable descending ``torch.sort``): the result is the same on every GPU and every run.
     * ``weights[t, j]`` is ``softmax(scores[t, :])[idx[t, j]]`` (softmax over all experts) or
-      ``sigmoid(scores[t, idx[t, j]])``; with `renormalize` they are divided by their sum over
-      the `k` picks (for softmax that is a softmax over the picked scores alone).
+      the ranked ``sigmoid(scores[t, idx[t, j]])``; with `renormalize` they are divided by
+      their sum over the `k` picks, clamped to at least 1e-20 (as ``top2_sum_gate``; for
+      softmax that is a softmax over the picked scores alone).
 
-    The selection uses the scores themselves: softmax and sigmoid preserve their order, and
-    comparing scores avoids the ties that rounding the probabilities to float32 would create.
-    Weights are computed in float32 and agree with a float64 computation to about 1e-6
-    relative. A row whose scores are all -inf gets NaN softmax weights (as ``torch.softmax``);
-    sigmoid weights of scores below about -87 underflow float32 (0 at -inf), and renormalising
-    picks whose sigmoids are all 0 gives NaN.
+    This is ``top2_sum_gate`` with no bias, no expert groups, a scaling factor of 1, no
+    shared experts and one EP/TP rank (its weights are always renormalised). The sigmoid is
+    ``1 / (1 + expf(-x))`` in float32 with IEEE division (torch's CUDA formula). Weights are
+    float32 and agree with a float64 computation to about 1e-6 relative. NaN propagates as in
+    torch: a NaN score gets a NaN weight, and a softmax row holding a NaN or +inf has NaN
+    weights, as does a row whose scores are all -inf; sigmoid weights of scores below about
+    -87 underflow to 0 (renormalised: 0 / 1e-20 = 0).
 
     Args:
         scores: CUDA tensor ``[T, E]`` of ``torch.float32`` router logits, ``1 <= E <= 512``;
