@@ -66,6 +66,11 @@ class UserConfig:
         sizes = spec.specs
         if choice.specs is not None:
             sizes = ({}, *_checked_specs(spec, choice.specs, self._fail))
+            for size in sizes:
+                for key in keys:
+                    problem = spec.spec_error(key, size)
+                    if problem:
+                        self._fail(f"[ops.{spec.op}] specs: {_inline(size)}: {problem}")
         return dataclasses.replace(spec, keys=keys, specs=sizes)
 
     def _fail(self, message: str):

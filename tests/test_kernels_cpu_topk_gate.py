@@ -230,6 +230,11 @@ def _case(kind: str, e: int | None, size: int) -> tuple[torch.Tensor, int]:
         (64, 64),
         (128, 128),
         (256, 256),
+        (8, 8),
+        (60, 60),
+        (160, 160),
+        (7, 7),
+        (384, 384),
         (None, 8),
         (None, 60),
         (None, 100),
@@ -240,7 +245,7 @@ def _case(kind: str, e: int | None, size: int) -> tuple[torch.Tensor, int]:
 @pytest.mark.parametrize("kind", ["randn", "tied", "special", "adversarial", "huge"])
 @pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
 def test_kernel_model_matches_reference(e, size, kind, scoring):
-    for k in sorted({1, 2, 6, 8, min(16, size)}):
+    for k in sorted({k for k in (1, 2, 6, 8) if k <= size} | {min(16, size)}):
         x, own = _case(kind, e, size)
         idx, _ = tg.reference(x, k, scoring)
         rank, nans = _rank(x, scoring)
@@ -362,13 +367,15 @@ def _near(t: int, e: int, sign: float) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("e,size", [(64, 64), (128, 128), (256, 256), (None, 60), (None, 512)])
+@pytest.mark.parametrize(
+    "e,size", [(64, 64), (128, 128), (256, 256), (60, 60), (384, 384), (None, 60), (None, 512)]
+)
 @pytest.mark.parametrize(
     "kind", ["randn", "tied", "special", "adversarial", "bf16", "near", "near_negative", "huge"]
 )
 @pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
 def test_keyed_model_matches_reference_or_falls_back(e, size, kind, scoring):
-    for k in sorted({1, 2, 6, 8, min(16, size)}):
+    for k in sorted({k for k in (1, 2, 6, 8) if k <= size} | {min(16, size)}):
         x, own = _case(kind, e, size)
         idx, _ = tg.reference(x, k, scoring)
         rank, nans = _rank(x, scoring)
@@ -427,12 +434,23 @@ def test_factory_rejects_bad_keys_and_sizes():
         tg.factory(arch="sm_90a", dtype="bfloat16", scoring="softmax")
     with pytest.raises(ValueError, match="unsupported key"):
         tg.factory(arch="sm_90a", dtype="float32", scoring="relu")
-    with pytest.raises(ValueError, match="multiple of 32"):
-        tg.factory(arch="sm_90a", dtype="float32", scoring="softmax", E=100)
+    for bad in (0, 513, 1024):
+        with pytest.raises(ValueError, match=r"static E must be an expert count 1 <= E <= 512"):
+            tg.factory(arch="sm_90a", dtype="float32", scoring="softmax", E=bad)
+
+
+def test_spec_error_accepts_every_expert_count_up_to_512():
+    key = tg.SPEC.keys[0]
+    assert all(tg.SPEC.spec_error(key, {"E": e}) is None for e in range(1, 513))
+    assert tg.SPEC.spec_error(key, {}) is None
+    assert "got 600" in tg.SPEC.spec_error(key, {"E": 600})
+
+
+STATIC_SIZES = (1, 7, 8, 60, 64, 100, 128, 160, 250, 256, 384, 500, 512)
 
 
 def test_layouts_cover_the_rows():
-    for e in (*tg.STATIC_E, None):
+    for e in (*STATIC_SIZES, None):
         lanes, slots, width = tg._layout(e)
         size = tg.MAX_E if e is None else e
         experts = sorted(
@@ -440,7 +458,9 @@ def test_layouts_cover_the_rows():
             for lane in range(lanes)
             for j in range(slots)
         )
-        assert experts == list(range(size))
+        assert experts == list(range(lanes * slots)) and lanes * slots >= size
+        assert slots <= 32 and slots % width == 0 and size % width == 0
+        assert lanes * slots - 1 < 1 << tg._tie_bits(e)  # padding experts fit the keys too
         assert tg.MAX_K % lanes == 0 and tg.THREADS % lanes == 0
 
 

@@ -18,10 +18,11 @@ sigmoid, which saturates, so large logits tie and go to the smaller index; the o
 ``1 / (1 + expf(-x))`` with IEEE division, as torch computes it on CUDA. NaN scores propagate
 into the weights as in torch (a softmax row holding a NaN or +inf is all NaN).
 
-Kernel: ``L`` lanes per token (8 for a static E, 16 for the generic one), ``V = E / L`` scores
-per lane in registers, ``128 / L`` tokens per 128-thread block. Lane ``l``'s slot ``j`` holds
-expert ``(j // W) * W * L + l * W + j % W``: 16-byte loads (``W = 4``) that read each row
-coalesced, once. The float path below (the keyed selection's fallback) compares exact IEEE
+Kernel: ``L`` lanes per token (8 for a static E <= 256, 16 for a larger or the generic one),
+``V <= 32`` scores per lane in registers, ``128 / L`` tokens per 128-thread block. Lane ``l``'s
+slot ``j`` holds expert ``(j // W) * W * L + l * W + j % W``: W-wide loads (``W = 4``: 16 bytes
+where 4 divides a static E, else 2 or 1) that read each row coalesced, once. A static E is any
+expert count up to 512 (8, 60, 160, 384 ...): slots past E hold -inf (``_layout``). The float path below (the keyed selection's fallback) compares exact IEEE
 floats, nothing packed or rounded.
 
 1. Each lane fills a cache with its best ``C = 4`` (value, expert) pairs, best first: C passes
@@ -90,7 +91,7 @@ STATIC_E = (64, 128, 256)
 MAX_E = 512
 MAX_K = 16
 THREADS = 128
-STATIC_LANES = 8  # lanes per token with a static E: V = E / 8 scores per lane
+STATIC_LANES = 8  # lanes per token with a static E <= 256 (16 above): V <= 32 slots per lane
 GENERIC_LANES = 16  # generic E: 16 lanes x 32 slots cover E <= 512
 MIN_BLOCKS = 8  # per SM: caps registers at 64 per thread (occupancy 50 %)
 CACHE = 4  # cached (value, expert) pairs per lane
@@ -107,18 +108,34 @@ def factory(arch: str, dtype: str, scoring: str, E: int | None = None):
     """
     if dtype not in DTYPES or scoring not in SCORINGS:
         raise ValueError(f"topk_gate: unsupported key {dtype!r}, {scoring!r}")
-    if E is not None and (E % (4 * STATIC_LANES) or not 0 < E <= MAX_E):
-        raise ValueError(f"topk_gate: a static E must be a multiple of 32 up to 512; got {E}")
+    problem = spec_error({"dtype": dtype, "scoring": scoring}, {} if E is None else {"E": E})
+    if problem:
+        raise ValueError(f"topk_gate: {problem}")
     if KEYED and CACHE & (CACHE - 1):
         raise ValueError(f"topk_gate: KEYED needs a power-of-two CACHE; got {CACHE}")
     return _kernel(scoring, E)
 
 
+def spec_error(key, spec) -> str | None:
+    """Why a specialisation cannot be built (None if it can): a static E is any expert count
+    ``1 <= E <= 512``. Checked by the factory and, before tracing, by config tools."""
+    e = spec.get("E")
+    if e is not None and (not isinstance(e, int) or not 0 < e <= MAX_E):
+        return f"a static E must be an expert count 1 <= E <= {MAX_E}; got {e!r}"
+    return None
+
+
 def _layout(e: int | None) -> tuple[int, int, int]:
-    """(lanes per token L, slots per lane V, chunk width W) for a static E or the generic one."""
+    """(lanes per token L, slots per lane V, chunk width W) for a static E or the generic one.
+
+    A static E is read in chunks of W = 4, 2 or 1 consecutive experts (the largest that
+    divides E: aligned vector loads); lanes * V covers E, slots past it hold -inf scores.
+    """
     if e is None:
         return GENERIC_LANES, MAX_E // GENERIC_LANES, 1
-    return STATIC_LANES, e // STATIC_LANES, 4
+    lanes = STATIC_LANES if e <= STATIC_LANES * 32 else GENERIC_LANES
+    width = 4 if e % 4 == 0 else 2 if e % 2 == 0 else 1
+    return lanes, -(-e // (lanes * width)) * width, width
 
 
 def _tree(op, items):
@@ -130,8 +147,10 @@ def _tree(op, items):
 
 
 def _tie_bits(e: int | None) -> int:
-    """Low key bits that hold the expert index (KEYED): enough for the largest expert."""
-    return max(1, ((MAX_E if e is None else e) - 1).bit_length())
+    """Low key bits that hold the expert index (KEYED): enough for the largest expert a lane
+    holds, padding slots past E included."""
+    lanes, slots, _ = _layout(e)
+    return max(1, (lanes * slots - 1).bit_length())
 
 
 def _sort_pairs(lo: int, n: int):
@@ -359,8 +378,15 @@ def _kernel(scoring: str, e: int | None):
                 v[j] = T.if_then_else(col < E, scores[row, T.min(col, E - 1)], neg_inf)
         else:
             for c in T.unroll(slots // width):
-                for q in T.vectorized(width):
-                    v[c * width + q] = scores[row, c * width * lanes + lane * width + q]
+                if (c + 1) * width * lanes <= e:  # every lane's chunk is inside the row
+                    for q in T.vectorized(width):
+                        v[c * width + q] = scores[row, c * width * lanes + lane * width + q]
+                else:  # the last chunk: lanes past E hold -inf (E % width == 0: all or none)
+                    for q in T.unroll(width):
+                        col = c * width * lanes + lane * width + q
+                        v[c * width + q] = T.if_then_else(
+                            col < E, scores[row, T.min(col, E - 1)], neg_inf
+                        )
         nm[0] = T.uint32(0)
         for j in T.unroll(slots):
             if scoring == "softmax":
@@ -543,6 +569,7 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d, "scoring": s} for d in DTYPES for s in SCORINGS),
     specs=({}, *({"E": e} for e in STATIC_E)),
     reference=reference,
+    spec_error=spec_error,
     doc="idx, weights = top-k experts of scores[T, E] (ties: smaller index) with softmax or "
     "sigmoid weights, optionally renormalised over the k picks.",
 )

@@ -50,7 +50,8 @@ def topk_gate(
     Args:
         scores: CUDA tensor ``[T, E]`` of ``torch.float32`` router logits, ``1 <= E <= 512``;
             contiguous, with a 16-byte-aligned data pointer. E = 64, 128 and 256 run
-            specialised kernels; other E a generic one.
+            specialised kernels in the default build (a build config can add any E up to
+            512); other E a generic one.
         k: experts per token, an int with ``1 <= k <= min(16, E)``.
         scoring: ``"softmax"`` (the default) or ``"sigmoid"`` (DeepSeek-V3 style).
         renormalize: divide the `k` weights of each token by their sum (a bool, default True).
