@@ -102,7 +102,7 @@ def _check(x, k, scoring, renormalize, name):
 @pytest.mark.parametrize("t,e", SHAPES)
 def test_topk_gate(t, e, scoring, renormalize):
     key = f"fp32,{scoring}"
-    ks = sorted({k for k in (1, 2, 6, 8, 16) if k <= e} | {min(16, e)})
+    ks = sorted({k for k in (1, 2, 6, 8, 16, 32) if k <= e} | {min(32, e)})
     for k in ks:
         name = _select(key, [(t, e), (t, k), (t, k)])
         SEEN.add(name)

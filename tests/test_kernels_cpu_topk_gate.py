@@ -245,7 +245,7 @@ def _case(kind: str, e: int | None, size: int) -> tuple[torch.Tensor, int]:
 @pytest.mark.parametrize("kind", ["randn", "tied", "special", "adversarial", "huge"])
 @pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
 def test_kernel_model_matches_reference(e, size, kind, scoring):
-    for k in sorted({k for k in (1, 2, 6, 8) if k <= size} | {min(16, size)}):
+    for k in sorted({k for k in (1, 2, 6, 8) if k <= size} | {min(32, size)}):
         x, own = _case(kind, e, size)
         idx, _ = tg.reference(x, k, scoring)
         rank, nans = _rank(x, scoring)
@@ -375,7 +375,7 @@ def _near(t: int, e: int, sign: float) -> torch.Tensor:
 )
 @pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
 def test_keyed_model_matches_reference_or_falls_back(e, size, kind, scoring):
-    for k in sorted({k for k in (1, 2, 6, 8) if k <= size} | {min(16, size)}):
+    for k in sorted({k for k in (1, 2, 6, 8) if k <= size} | {min(32, size)}):
         x, own = _case(kind, e, size)
         idx, _ = tg.reference(x, k, scoring)
         rank, nans = _rank(x, scoring)

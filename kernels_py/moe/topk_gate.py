@@ -22,8 +22,9 @@ Kernel: ``L`` lanes per token (8 for a static E <= 256, 16 for a larger or the g
 ``V <= 32`` scores per lane in registers, ``128 / L`` tokens per 128-thread block. Lane ``l``'s
 slot ``j`` holds expert ``(j // W) * W * L + l * W + j % W``: W-wide loads (``W = 4``: 16 bytes
 where 4 divides a static E, else 2 or 1) that read each row coalesced, once. A static E is any
-expert count up to 512 (8, 60, 160, 384 ...): slots past E hold -inf (``_layout``). The float path below (the keyed selection's fallback) compares exact IEEE
-floats, nothing packed or rounded.
+expert count up to 512 (8, 60, 160, 384 ...): slots past E hold -inf (``_layout``). The
+float path below (the keyed selection's fallback) compares exact IEEE floats, nothing packed
+or rounded.
 
 1. Each lane fills a cache with its best ``C = 4`` (value, expert) pairs, best first: C passes
    of (fmax tree, first slot equal to it, that slot set to NaN, which fmax skips).
@@ -51,7 +52,7 @@ instructions per token at E = 256, k = 8 (sm_90a SASS), ~18 us for 32768 tokens 
 if the ALU pipe is the limit; the 32 MB of scores take ~8 us and overlap. ``MIN_BLOCKS`` caps
 registers at 64 (no spills) so 32 warps per SM hide the shuffle latency of the rounds.
 
-``k`` is the outputs' width, a runtime size (``1 <= k <= min(16, E)``; lane ``l`` records
+``k`` is the outputs' width, a runtime size (``1 <= k <= min(32, E)``; lane ``l`` records
 picks ``l, l + L, ...``): one kernel serves every k, at the cost of a loop counter per round.
 ``renormalize`` is a runtime int32 flag; ``scoring`` is part of the key.
 The generic variant (E dynamic, ``E <= 512``) reads scalars; slots past E hold a score of -inf,
@@ -89,7 +90,7 @@ DTYPES = ("float32",)
 SCORINGS = ("softmax", "sigmoid")
 STATIC_E = (64, 128, 256)
 MAX_E = 512
-MAX_K = 16
+MAX_K = 32  # TileKernels' top2_sum_gate allows num_topk <= 32
 THREADS = 128
 STATIC_LANES = 8  # lanes per token with a static E <= 256 (16 above): V <= 32 slots per lane
 GENERIC_LANES = 16  # generic E: 16 lanes x 32 slots cover E <= 512

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 _OP = "topk_gate"
 _KEYS = {"softmax": "fp32,softmax", "sigmoid": "fp32,sigmoid"}  # scoring -> dispatch key
 MAX_EXPERTS = 512
-MAX_K = 16
+MAX_K = 32  # as TileKernels' top2_sum_gate
 
 
 def topk_gate(
@@ -52,7 +52,7 @@ def topk_gate(
             contiguous, with a 16-byte-aligned data pointer. E = 64, 128 and 256 run
             specialised kernels in the default build (a build config can add any E up to
             512); other E a generic one.
-        k: experts per token, an int with ``1 <= k <= min(16, E)``.
+        k: experts per token, an int with ``1 <= k <= min(32, E)``.
         scoring: ``"softmax"`` (the default) or ``"sigmoid"`` (DeepSeek-V3 style).
         renormalize: divide the `k` weights of each token by their sum (a bool, default True).
         out: optional ``(idx, weights)`` to write into instead of allocating: ``[T, k]``
@@ -68,7 +68,7 @@ def topk_gate(
         TypeError: `scores` or `out` is not a tensor / pair of tensors, or has the wrong
             dtype; `k` is not an int; `scoring` is not a str; `renormalize` is not a bool.
         ValueError: `scores` is not 2-D; E is 0 or above 512; `k` is outside
-            ``[1, min(16, E)]``; `scoring` is unknown; a tensor is not on a CUDA device (the
+            ``[1, min(32, E)]``; `scoring` is unknown; a tensor is not on a CUDA device (the
             same one), not contiguous or not 16-byte aligned; a dimension or element count
             reaches 2**31; `out` has a wrong shape or overlaps.
         ImportError: the native module is not built (a source checkout).
@@ -123,7 +123,9 @@ def topk_gate(
     if not 0 < e <= MAX_EXPERTS:
         raise ValueError(f"scores has E = {e} experts; topk_gate supports 1 <= E <= {MAX_EXPERTS}")
     if not 0 < k <= min(MAX_K, e):
-        raise ValueError(f"k must be in [1, {min(MAX_K, e)}] (at most 16 and E = {e}); got {k}")
+        raise ValueError(
+            f"k must be in [1, {min(MAX_K, e)}] (at most {MAX_K} and E = {e}); got {k}"
+        )
     device = _validate.check_memory(("scores",), (scores,))
     if out is None:
         idx = scores.new_empty(t, k, dtype=fw.int32)
