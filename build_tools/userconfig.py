@@ -70,7 +70,11 @@ class UserConfig:
                 for key in keys:
                     if not any(spec.supports(a, key, s) for a in BUILDABLE_ARCHS):
                         continue  # never built (per_token_cast_fp8's token mode: generic only)
-                    why = buildable_why_not(spec.op, spec.key_string(key), s)
+                    # The spec's own rule first (KernelSpec.spec_error), then the factory's
+                    # limits as tileaot/_buildable.py states them.
+                    why = spec.spec_error(key, s) or buildable_why_not(
+                        spec.op, spec.key_string(key), s
+                    )
                     if why:
                         self._fail(
                             f"[ops.{spec.op}] specs: {_inline(s)} cannot be built for "

@@ -15,6 +15,8 @@ Conventions the generator and runtime rely on:
   pattern matches, specialised ones first.
 * ``constraints(key, spec)`` names divisibility requirements on dynamic sizes (``{"K": 8}``):
   a variant only matches calls that satisfy them, and the Python layer reports violations.
+* ``spec_error(key, spec)`` says why a specialisation cannot be built (a one-line reason), or
+  None: config tools check asked-for sizes with it before tracing.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ def _no_constraints(key: Mapping[str, str], spec: Mapping[str, int]) -> dict[str
     return {}
 
 
+def _no_spec_error(key: Mapping[str, str], spec: Mapping[str, int]) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything the build needs to enumerate, trace and test one op."""
@@ -66,6 +72,8 @@ class KernelSpec:
     # Which archs a (key, spec) is built for (e.g. a wgmma config only on sm_90a).
     supports: Callable[[str, Mapping[str, str], Mapping[str, int]], bool] = _always
     constraints: Callable[[Mapping[str, str], Mapping[str, int]], dict[str, int]] = _no_constraints
+    # Why a (key, spec) cannot be built, or None (e.g. a static size out of the kernel's range).
+    spec_error: Callable[[Mapping[str, str], Mapping[str, int]], str | None] = _no_spec_error
     doc: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 

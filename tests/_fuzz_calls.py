@@ -442,7 +442,7 @@ def sinkhorn_normalize_backward(d: Draw) -> Call:
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
-    k = d.int(1, min(16, e))
+    k = d.int(1, min(32, e))
     scoring, renorm = d.pick(["softmax", "sigmoid"]), d.flag()
     scores = d.randn((t, e), FP32, 3.0)
     c = Call(
@@ -450,7 +450,7 @@ def topk_gate(d: Draw) -> Call:
         [((t, k), I32), ((t, k), FP32)],
         t > 0,
         bad={
-            "k": [0, -1, min(16, e) + 1, 2.0, "2", True, None],
+            "k": [0, -1, min(32, e) + 1, 2.0, "2", True, None],
             "scoring": ["relu", "", 1, None],
             "renormalize": [1, 0, "yes", None],
         },

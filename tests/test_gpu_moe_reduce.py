@@ -8,6 +8,10 @@ dropped slots (-1), out-of-range rows (>= P, < -1: skipped, never read) and toke
 slot (a zero row). y_sorted rows that no slot points at are NaN: reading one fails the test.
 Each test checks which variant served it; the last test checks that the tests together
 exercised every moe_reduce variant built for this GPU.
+
+Bit-exactness: the kernel against kernels_py.moe.moe_reduce.reference (one fused multiply-add
+per weighted slot, as TileKernels' reduce_fused), and against TileKernels' own torch reference
+(compiled for CUDA, where its elementwise_fma is an FMA) where tile-kernels is installed.
 """
 
 from __future__ import annotations
@@ -97,6 +101,47 @@ def test_moe_reduce(y_key, out_key, mode, tokens, slots, rows, h):
     _assert_within_bound(name, out, want, magnitude, out_key, slots)
     if tokens > 2:
         assert torch.equal(out[2].double(), torch.zeros(h, dtype=torch.float64, device="cuda"))
+
+
+def _poisoned_call(y, pos, weights, out_dtype):
+    import tileaot
+
+    out = torch.full((pos.shape[0], y.shape[1]), float("nan"), dtype=out_dtype, device="cuda")
+    assert tileaot.moe_reduce(y, pos, weights, out_dtype, out=out) is out
+    torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.parametrize(("y_key", "out_key", "mode"), KEYS)
+@pytest.mark.parametrize(("tokens", "slots", "rows", "h"), SHAPES)
+def test_moe_reduce_is_bit_exact_with_the_reference(y_key, out_key, mode, tokens, slots, rows, h):
+    from kernels_py.moe import moe_reduce as mr
+
+    pos = _positions(tokens, slots, rows)
+    y = (torch.randn(rows, h, device="cuda") * 3).to(DTYPES[y_key])
+    weights = torch.rand(tokens, slots, device="cuda") if mode == "weighted" else None
+    out = _poisoned_call(y, pos, weights, DTYPES[out_key])
+    want = mr.reference(y, pos, weights, DTYPES[out_key])
+    bad = out.view(torch.uint8) != want.view(torch.uint8)
+    assert not bad.any(), f"{y_key},{out_key},{mode} {tokens}x{h}: {int(bad.sum())} bytes differ"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_moe_reduce_is_tilekernels_reduce_fused(dtype, weighted):
+    """Against TileKernels 1.0.0's torch reference as published (torch.compile on CUDA)."""
+    from _tile_kernels import tk
+
+    reduce_fused = tk("reduce_fused").reduce_fused
+    for tokens, slots, h in ((1, 8, 7168), (129, 8, 7168), (4001, 6, 512)):
+        rows = tokens * slots + 5
+        pos = torch.randperm(rows, device="cuda")[: tokens * slots].view(tokens, slots)
+        pos[torch.rand(tokens, slots, device="cuda") < 0.15] = -1
+        y = torch.randn(rows, h, device="cuda").to(dtype)
+        weights = torch.rand(tokens, slots, device="cuda") if weighted else None
+        out = _poisoned_call(y, pos.int(), weights, dtype)
+        want = reduce_fused(y, weights, pos)
+        assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), (tokens, h)
 
 
 def test_moe_reduce_inverts_moe_expand():

@@ -2,8 +2,9 @@
 
 Every scoring x renormalize x variant (E = 64, 128, 256 and generic sizes from 1 to 512, odd
 token counts) on five kinds of scores: random, heavily tied (few distinct values), rounded
-(ties among the top picks), special (-inf, NaN, +-0, an all -inf row) and adversarial (one
-lane's experts hold every top score, which drains and refills that lane's cache). Outputs are
+(ties among the top picks), special (-inf, NaN, +-0, an all -inf row), adversarial (one
+lane's experts hold every top score, which drains and refills that lane's cache) and huge
+(logits x 40 with +inf and NaN: the float32 sigmoid saturates, NaN ranks above +inf). Outputs are
 poisoned (-1 indices, NaN weights) before each call. Indices must be bit-exact, weights within
 1e-6 relative (atol 1e-12 for weights that underflow). The last test checks that every
 topk_gate variant built for this GPU was exercised.
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.gpu
 
 OP = "topk_gate"
 SEEN: set[str] = set()
-KINDS = ("randn", "tied", "rounded", "special", "adversarial")
+KINDS = ("randn", "tied", "rounded", "special", "adversarial", "huge")
 SHAPES = [  # (T, E)
     (1, 64),
     (37, 64),
@@ -64,6 +65,10 @@ def _scores(t: int, e: int, kind: str) -> torch.Tensor:
         x[:, ::7] = float("nan")
         x[:, 1::5] = -0.0
         x[0] = float("-inf")
+    elif kind == "huge":  # sigmoid saturates: float32 ties, NaN above +inf
+        x = x * 40
+        x[:, ::11] = float("inf")
+        x[1::3, 5::13] = float("nan")
     elif kind == "adversarial":
         m = _kernel_module()
         lanes, _, width = m._layout(e if e in m.STATIC_E else None)
@@ -97,7 +102,7 @@ def _check(x, k, scoring, renormalize, name):
 @pytest.mark.parametrize("t,e", SHAPES)
 def test_topk_gate(t, e, scoring, renormalize):
     key = f"fp32,{scoring}"
-    ks = sorted({k for k in (1, 2, 6, 8, 16) if k <= e} | {min(16, e)})
+    ks = sorted({k for k in (1, 2, 6, 8, 16, 32) if k <= e} | {min(32, e)})
     for k in ks:
         name = _select(key, [(t, e), (t, k), (t, k)])
         SEEN.add(name)
@@ -122,6 +127,47 @@ def test_launch_is_ordered_on_the_callers_stream():
     idx_ref, w_ref = _kernel_module().reference(src, 8, "sigmoid", True)
     assert torch.equal(idx, idx_ref)
     torch.testing.assert_close(w, w_ref, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
+def test_topk_gate_is_tilekernels_routing(scoring):
+    """Against TileKernels 1.0.0's torch references on the GPU: indices as its stable_topk of
+    the ranked values, renormalised weights as its top2_sum_gate (no bias, groups, scaling,
+    shared experts; one EP/TP rank) within torch.allclose's bounds, as its test asks."""
+    import tileaot
+    from _tile_kernels import tk
+
+    topk = tk("topk")
+    for t, e in ((1, 256), (129, 64), (4001, 256), (77, 60), (17, 384)):
+        for kind in ("randn", "tied", "huge"):
+            x = _scores(t, e, kind)
+            if kind == "huge":
+                x = torch.nan_to_num(x, nan=0.0, posinf=50.0)  # top2_sum_gate: finite only
+            for k in (1, 8):
+                idx = torch.full((t, k), -1, dtype=torch.int32, device="cuda")
+                w = torch.full((t, k), float("nan"), device="cuda")
+                tileaot.topk_gate(x, k, scoring, True, out=(idx, w))
+                torch.cuda.synchronize()
+                rank = torch.sigmoid(x) if scoring == "sigmoid" else x
+                assert torch.equal(idx.long(), topk.stable_topk(rank, k)), (t, e, kind, k)
+                if e % 4 == 0:
+                    want_idx, want_w = topk.top2_sum_gate(
+                        x,
+                        torch.zeros(e, device="cuda"),
+                        k,
+                        0,
+                        0,
+                        False,
+                        0,
+                        1.0,
+                        0,
+                        1,
+                        0,
+                        1,
+                        scoring,
+                    )
+                    assert torch.equal(idx.long(), want_idx)
+                    assert torch.allclose(w, want_w), (t, e, kind, k)
 
 
 def test_every_variant_for_this_gpu_was_exercised():

@@ -3,10 +3,12 @@ independent computations (plain Python loops, float64), their KernelSpecs, and l
 tests (tilelang, no GPU)."""
 
 import inspect
+import struct
 
 import pytest
 
 torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
 
 from _lowering import lower_source, needs_tilelang  # noqa: E402
 
@@ -138,6 +140,46 @@ def test_reduce_reference_matches_float64(weighted, y_dtype, out_dtype):
     rtol, atol = TOL[got.dtype]
     torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol)
     assert torch.equal(got[3].double(), torch.zeros(40, dtype=torch.float64))
+
+
+def _fma_exact(a: float, b: float, c: float) -> float:
+    """float32 fma by exact rational arithmetic, rounded once (round half to even)."""
+    from fractions import Fraction
+
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    lo = struct.unpack("<f", struct.pack("<f", float(exact)))[0]  # a float32 neighbour
+    cands = {lo, float(np.nextafter(np.float32(lo), np.float32(np.inf)))}
+    cands |= {float(np.nextafter(np.float32(lo), np.float32(-np.inf)))}
+    best = min(cands, key=lambda v: (abs(Fraction(v) - exact), _f32_bits(v) & 1))
+    return best
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def test_fma_f32_rounds_once():
+    torch.manual_seed(1)
+    a = torch.randn(3000) * torch.logspace(-30, 30, 3000)
+    b = torch.rand(3000)
+    c = -a * b + torch.randn(3000) * 1e-3  # cancellation: where mul-then-add differs most
+    got = mr.fma_f32(a, b, c)
+    want = [_fma_exact(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), c.tolist(), strict=True)]
+    assert got.tolist() == want
+    assert not torch.equal(got, a * b + c)  # the two roundings do differ here
+    special = torch.tensor([float("inf"), float("nan"), 1.0, -0.0])
+    out = mr.fma_f32(special, torch.tensor([2.0, 1.0, float("inf"), 1.0]), torch.zeros(4))
+    assert out[0] == float("inf") and out[1].isnan() and out[2] == float("inf") and out[3] == 0
+
+
+def test_reduce_reference_weighted_is_one_fma_per_slot():
+    y = torch.randn(20, 64)
+    pos = torch.randint(0, 20, (5, 4), dtype=torch.int32)
+    w = torch.rand(5, 4)
+    acc = torch.zeros(5, 64)
+    for j in range(4):
+        acc = mr.fma_f32(y[pos[:, j].long()], w[:, j, None].expand(5, 64), acc)
+    assert torch.equal(mr.reference(y, pos, w, torch.float32), acc)
 
 
 def test_expand_then_reduce_round_trips():
@@ -275,3 +317,12 @@ def test_lower_reduce_sm100a_uses_16_byte_accesses_only():
     assert "*(uint4*)(y_sorted" in src  # 16-byte loads; stores: one st.global.v4 per vector
     assert src.count("tl::store_global_128(") == 1 and "*(float4*)(out" not in src
     assert "longlong4" not in src and "_256" not in src  # no 32-byte accesses
+
+
+@needs_tilelang
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_lower_reduce_weighted_is_one_explicit_fma_per_slot(arch):
+    func = mr.factory(arch=arch, dtype="bfloat16", out_dtype="bfloat16", mode="weighted")
+    src = lower_source(func, arch, "mr_fma")
+    assert src.count("__fmaf_rn(") == 4  # two slots of a pair x (vector, scalar kernel)
+    assert "scale *" not in src

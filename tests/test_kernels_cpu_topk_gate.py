@@ -23,19 +23,30 @@ def _seed():
     torch.manual_seed(0)
 
 
+def _f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
 def _float64_topk(row: list[float], k: int, scoring: str, renormalize: bool):
-    """Independent: sort (-score, index) in Python, weights in float64 math."""
-    s = [-INF if math.isnan(x) else x for x in row]
-    order = sorted(range(len(s)), key=lambda i: (-s[i], i))[:k]
+    """Independent: sort (-rank, index) in Python (NaN first), weights in float64 math."""
+
+    def sig(x: float) -> float:
+        return math.nan if math.isnan(x) else _f32(1.0 / (1.0 + math.exp(min(-x, 700.0))))
+
+    rank = row if scoring == "softmax" else [sig(x) for x in row]
+    order = sorted(range(len(row)), key=lambda i: (not math.isnan(rank[i]), -rank[i], i))[:k]
     if scoring == "softmax":
-        top = max(s)
-        e = [math.exp(x - top) if top > -INF else math.nan for x in s]
-        w = [e[i] / sum(e) for i in order]
+        if any(math.isnan(x) or x == INF for x in row):
+            w = [math.nan] * len(order)  # as torch.softmax
+        else:
+            top = max(row)
+            e = [math.exp(x - top) if top > -INF else math.nan for x in row]
+            w = [e[i] / sum(e) for i in order]
     else:
-        w = [1.0 / (1.0 + math.exp(-s[i])) if s[i] > -INF else 0.0 for i in order]
+        w = [rank[i] for i in order]
     if renormalize:
         total = sum(w)
-        w = [x / total if total else math.nan for x in w]  # 0 / 0: NaN, as torch
+        w = [x / max(total, 1e-20) if not math.isnan(total) else math.nan for x in w]
     return order, w
 
 
@@ -82,11 +93,28 @@ def test_reference_ties_go_to_the_smaller_index():
     torch.testing.assert_close(w.sum(), torch.tensor(1.0))
 
 
-def test_reference_nan_counts_as_minus_inf():
-    x = torch.tensor([[math.nan, -INF, 1.0, math.nan]])
+def test_reference_nan_ranks_first_as_tilekernels():
+    x = torch.tensor([[math.nan, -INF, 1.0, math.nan, INF]])
+    idx, w = tg.reference(x, 5, "sigmoid", False)
+    assert idx.tolist() == [[0, 3, 4, 2, 1]]  # torch.sort: NaN above +inf
+    assert math.isnan(w[0, 0]) and math.isnan(w[0, 1]) and w[0, 2:].tolist()[::2] == [1.0, 0.0]
+    idx, _ = tg.reference(x, 5, "softmax", True)
+    assert idx.tolist() == [[0, 3, 4, 2, 1]]
+
+
+def test_reference_sigmoid_ranks_the_saturated_float32_sigmoid():
+    x = torch.tensor([[17.0, 30.0, 20.0, 5.0, 100.0]])  # sigmoid: 1.0 from 17 up
     idx, w = tg.reference(x, 4, "sigmoid", False)
-    assert idx.tolist() == [[2, 0, 1, 3]]
-    assert w[0, 1:].tolist() == [0.0, 0.0, 0.0]
+    assert idx.tolist() == [[0, 1, 2, 4]]  # equal float32 values: the smaller index
+    assert w.tolist() == [[1.0, 1.0, 1.0, 1.0]]
+    idx, _ = tg.reference(x, 4, "softmax", False)
+    assert idx.tolist() == [[4, 1, 2, 0]]  # softmax ranks the logits
+
+
+def test_reference_renormalize_clamps_a_zero_sum():
+    x = torch.full((1, 4), -INF)
+    _, w = tg.reference(x, 2, "sigmoid", True)
+    assert w.tolist() == [[0.0, 0.0]]  # 0 / 1e-20, not 0 / 0
 
 
 # --- a Python model of the kernel, lane by lane --------------------------------------------
@@ -101,11 +129,21 @@ def _fmax(a: float, b: float) -> float:
     return max(a, b)
 
 
-class _Lane:
-    """One lane: its slots (NaN once moved into the cache) and its cache, best first."""
+def _rank(x: torch.Tensor, scoring: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's rank values of scores x and which were NaN: softmax ranks the score (NaN
+    held as +inf, flagged), sigmoid ranks torch.sigmoid (NaN held as 2, above every value)."""
+    nan = torch.isnan(x)
+    if scoring == "softmax":
+        return torch.where(nan, torch.full_like(x, INF), x), nan
+    return torch.where(nan, torch.full_like(x, 2.0), torch.sigmoid(x)), torch.zeros_like(nan)
 
-    def __init__(self, values: list[float], experts: list[int]):
-        self.v, self.experts = values, experts
+
+class _Lane:
+    """One lane: its slots (NaN once moved into the cache) and its cache, best first; a NaN
+    score's cached index is lowered by NAN_TIE (it wins ties at +inf)."""
+
+    def __init__(self, values: list[float], nans: list[bool], experts: list[int]):
+        self.v, self.nans, self.experts = values, nans, experts
         self.cache: list[tuple[float, int]] = []
         self.dry = False
 
@@ -114,10 +152,11 @@ class _Lane:
             best = math.nan
             for x in self.v:
                 best = _fmax(best, x)
-            slot = next((j for j, x in enumerate(self.v) if x == best), None)
-            if slot is None:  # v is spent
+            equal = [j for j, x in enumerate(self.v) if x == best]
+            if not equal:  # v is spent
                 break
-            self.cache.append((best, self.experts[slot]))
+            slot = next((j for j in equal if self.nans[j]), equal[0])
+            self.cache.append((best, self.experts[slot] - tg.NAN_TIE * self.nans[slot]))
             self.v[slot] = math.nan
         self.dry = len(self.cache) < tg.CACHE
 
@@ -126,15 +165,18 @@ class _Lane:
         return self.cache[0] if self.cache else (math.nan, tg.NO_INDEX)
 
 
-def _model(row: list[float], k: int, e: int | None) -> tuple[list[int], list[float], int]:
-    """Picks (experts, scores) of one token as the kernel makes them, and its refill count."""
+def _model(
+    row: list[float], nans: list[bool], k: int, e: int | None
+) -> tuple[list[int], list[float], int]:
+    """Picks (experts, rank values) of one token (rank values and NaN flags: _rank) as the
+    kernel makes them, and its refill count."""
     lanes, slots, width = tg._layout(e)
     size = len(row)
     group = []
     for lane in range(lanes):
         experts = [(j // width) * width * lanes + lane * width + j % width for j in range(slots)]
-        vals = [_fmax(row[x], -INF) if x < size else -INF for x in experts]
-        group.append(_Lane(vals, experts))
+        vals = [row[x] if x < size else -INF for x in experts]
+        group.append(_Lane(vals, [x < size and nans[x] for x in experts], experts))
     for ln in group:
         ln.fill(k)
     picks, scores, refills = [], [], 0
@@ -148,7 +190,7 @@ def _model(row: list[float], k: int, e: int | None) -> tuple[list[int], list[flo
         for ln in group:
             g = _fmax(g, ln.head[0])
         win = min(ln.head[1] if ln.head[0] == g else tg.NO_INDEX for ln in group)
-        picks.append(win)
+        picks.append(win & (tg.NAN_TIE - 1))
         scores.append(g)
         for ln in group:
             if ln.head[1] == win:
@@ -174,6 +216,11 @@ def _case(kind: str, e: int | None, size: int) -> tuple[torch.Tensor, int]:
         return torch.randn(5, size).bfloat16().float(), 0
     if kind.startswith("near"):
         return _near(5, size, -1.0 if kind == "near_negative" else 1.0), 0
+    if kind == "huge":  # sigmoid saturates: many equal float32 values, ties by index
+        x = torch.randn(5, size) * 40
+        x[1, ::3] = INF
+        x[1, 1::4] = math.nan
+        return x, 0
     return _inputs(5, size, kind), 0
 
 
@@ -183,6 +230,11 @@ def _case(kind: str, e: int | None, size: int) -> tuple[torch.Tensor, int]:
         (64, 64),
         (128, 128),
         (256, 256),
+        (8, 8),
+        (60, 60),
+        (160, 160),
+        (7, 7),
+        (384, 384),
         (None, 8),
         (None, 60),
         (None, 100),
@@ -190,16 +242,17 @@ def _case(kind: str, e: int | None, size: int) -> tuple[torch.Tensor, int]:
         (None, 512),
     ],
 )
-@pytest.mark.parametrize("kind", ["randn", "tied", "special", "adversarial"])
-def test_kernel_model_matches_reference(e, size, kind):
-    for k in sorted({1, 2, 6, 8, min(16, size)}):
+@pytest.mark.parametrize("kind", ["randn", "tied", "special", "adversarial", "huge"])
+@pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
+def test_kernel_model_matches_reference(e, size, kind, scoring):
+    for k in sorted({k for k in (1, 2, 6, 8) if k <= size} | {min(32, size)}):
         x, own = _case(kind, e, size)
-        idx, _ = tg.reference(x, k)
-        clean = torch.where(torch.isnan(x), torch.full_like(x, -INF), x)
+        idx, _ = tg.reference(x, k, scoring)
+        rank, nans = _rank(x, scoring)
         for t in range(x.shape[0]):
-            picks, scores, refills = _model(x[t].tolist(), k, e)
+            picks, scores, refills = _model(rank[t].tolist(), nans[t].tolist(), k, e)
             assert picks == idx[t].tolist(), (e, size, kind, k, t)
-            assert scores == clean[t, idx[t].long()].tolist()
+            assert scores == rank[t, idx[t].long()].tolist()
             if min(k, own) > tg.CACHE:
                 assert refills > 0  # the refill path is what this case is for
 
@@ -235,11 +288,12 @@ def _bits(x: float) -> int:
     return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
-def _key(x: float, expert: int, e: int | None) -> int:
-    """The kernel's key of score x held for `expert` (see tg._keyed_macros)."""
+def _key(x: float, expert: int, e: int | None, nan: bool = False) -> int:
+    """The kernel's key of rank value x (a NaN score if `nan`) held for `expert` (see
+    tg._keyed_macros)."""
     mask = (1 << tg._tie_bits(e)) - 1
-    b = _bits(_fmax(x, -INF) + 0.0)  # + 0.0: -0 becomes +0
-    u = b ^ (0xFFFFFFFF if b >> 31 else 0x80000000)
+    b = _bits(x + 0.0)  # + 0.0: -0 becomes +0
+    u = tg.NAN_KEY if nan else b ^ (0xFFFFFFFF if b >> 31 else 0x80000000)
     return ((u | mask) - expert) & 0xFFFFFFFF
 
 
@@ -275,15 +329,17 @@ class _KeyedLane:
         self.floor, self.dry = self.cache[-1], self.cache[-1] == 0
 
 
-def _keyed_model(row: list[float], k: int, e: int | None):
+def _keyed_model(row: list[float], nans: list[bool], k: int, e: int | None):
     """(experts by the keys, whether two of the k + 1 best keys share a bucket, whether the
-    row has bits the keys drop, refill count) for one token, as the keyed kernel runs it."""
+    row has bits the keys drop, refill count) for one token (rank values and NaN flags:
+    _rank), as the keyed kernel runs it."""
     lanes, slots, width = tg._layout(e)
     bits = tg._tie_bits(e)
     group = []
     for lane in range(lanes):
         experts = [(j // width) * width * lanes + lane * width + j % width for j in range(slots)]
-        group.append(_KeyedLane([_key(row[x] if x < len(row) else -INF, x, e) for x in experts]))
+        keys = [_key(row[x], x, e, nans[x]) if x < len(row) else _key(-INF, x, e) for x in experts]
+        group.append(_KeyedLane(keys))
     near, last, picks, refills = 2**32 - 1, 0, [], 0
     for r in range(min(k, tg.MAX_K) + 1):  # one more: the cut
         if any(not ln.cache[0] and not ln.dry for ln in group):
@@ -298,7 +354,7 @@ def _keyed_model(row: list[float], k: int, e: int | None):
             for ln in group:
                 if ln.cache[0] == best:
                     ln.cache = ln.cache[1:] + [0]
-    lossy = any(_bits(_fmax(x, -INF) + 0.0) & ((1 << bits) - 1) for x in row)
+    lossy = any(_bits(x + 0.0) & ((1 << bits) - 1) for x in row)
     return picks, near < 1 << bits, lossy, refills
 
 
@@ -311,38 +367,45 @@ def _near(t: int, e: int, sign: float) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("e,size", [(64, 64), (128, 128), (256, 256), (None, 60), (None, 512)])
 @pytest.mark.parametrize(
-    "kind", ["randn", "tied", "special", "adversarial", "bf16", "near", "near_negative"]
+    "e,size", [(64, 64), (128, 128), (256, 256), (60, 60), (384, 384), (None, 60), (None, 512)]
 )
-def test_keyed_model_matches_reference_or_falls_back(e, size, kind):
-    for k in sorted({1, 2, 6, 8, min(16, size)}):
+@pytest.mark.parametrize(
+    "kind", ["randn", "tied", "special", "adversarial", "bf16", "near", "near_negative", "huge"]
+)
+@pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
+def test_keyed_model_matches_reference_or_falls_back(e, size, kind, scoring):
+    for k in sorted({k for k in (1, 2, 6, 8) if k <= size} | {min(32, size)}):
         x, own = _case(kind, e, size)
-        idx, _ = tg.reference(x, k)
+        idx, _ = tg.reference(x, k, scoring)
+        rank, nans = _rank(x, scoring)
         fallbacks = 0
         for t in range(x.shape[0]):
-            picks, shared, lossy, refills = _keyed_model(x[t].tolist(), k, e)
+            picks, shared, lossy, refills = _keyed_model(rank[t].tolist(), nans[t].tolist(), k, e)
             if shared and lossy:  # the kernel redoes this token on the float path
                 fallbacks += 1
             else:
                 assert picks == idx[t].tolist(), (e, size, kind, k, t)
-            if kind in ("tied", "bf16", "special"):
+            if kind in ("tied", "bf16", "special") and scoring == "softmax":
                 assert not lossy  # these keys are exact: no fallback, however many ties
             if min(k, own) > tg.CACHE:
                 assert refills > 0
-        if kind.startswith("near") and k >= 6:
+        if kind.startswith("near") and k >= 6 and scoring == "softmax":
             assert fallbacks > 0  # the case is there to exercise the fallback
 
 
 def test_keys_order_like_scores_then_experts():
+    """Softmax rank values: NaN (held as +inf, flagged) above +inf, then the scores."""
     vals = [-INF, -3.5, -1.0, -0.0, 0.0, 1e-30, 1.0, 2.5, INF, math.nan]
     vals += torch.randn(40).tolist()
     for e in (64, 256, None):
         mask = (1 << tg._tie_bits(e)) - 1
         for x, y in itertools.product(vals, repeat=2):
             for ex, ey in ((3, 9), (9, 3)):
-                kx, ky = _key(x, ex, e), _key(y, ey, e)
-                a, b = _fmax(x, -INF), _fmax(y, -INF)
+                nx, ny = math.isnan(x), math.isnan(y)
+                kx = _key(INF if nx else x, ex, e, nx)
+                ky = _key(INF if ny else y, ey, e, ny)
+                a, b = (nx, INF if nx else x), (ny, INF if ny else y)
                 assert ~kx & mask == ex
                 if kx >> tg._tie_bits(e) != ky >> tg._tie_bits(e):  # different buckets
                     assert (kx > ky) == (a > b)
@@ -371,12 +434,23 @@ def test_factory_rejects_bad_keys_and_sizes():
         tg.factory(arch="sm_90a", dtype="bfloat16", scoring="softmax")
     with pytest.raises(ValueError, match="unsupported key"):
         tg.factory(arch="sm_90a", dtype="float32", scoring="relu")
-    with pytest.raises(ValueError, match="multiple of 32"):
-        tg.factory(arch="sm_90a", dtype="float32", scoring="softmax", E=100)
+    for bad in (0, 513, 1024):
+        with pytest.raises(ValueError, match=r"static E must be an expert count 1 <= E <= 512"):
+            tg.factory(arch="sm_90a", dtype="float32", scoring="softmax", E=bad)
+
+
+def test_spec_error_accepts_every_expert_count_up_to_512():
+    key = tg.SPEC.keys[0]
+    assert all(tg.SPEC.spec_error(key, {"E": e}) is None for e in range(1, 513))
+    assert tg.SPEC.spec_error(key, {}) is None
+    assert "got 600" in tg.SPEC.spec_error(key, {"E": 600})
+
+
+STATIC_SIZES = (1, 7, 8, 60, 64, 100, 128, 160, 250, 256, 384, 500, 512)
 
 
 def test_layouts_cover_the_rows():
-    for e in (*tg.STATIC_E, None):
+    for e in (*STATIC_SIZES, None):
         lanes, slots, width = tg._layout(e)
         size = tg.MAX_E if e is None else e
         experts = sorted(
@@ -384,7 +458,9 @@ def test_layouts_cover_the_rows():
             for lane in range(lanes)
             for j in range(slots)
         )
-        assert experts == list(range(size))
+        assert experts == list(range(lanes * slots)) and lanes * slots >= size
+        assert slots <= 32 and slots % width == 0 and size % width == 0
+        assert lanes * slots - 1 < 1 << tg._tie_bits(e)  # padding experts fit the keys too
         assert tg.MAX_K % lanes == 0 and tg.THREADS % lanes == 0
 
 

@@ -48,8 +48,8 @@ BAD_CALLS = [
     ("k-float", lambda: topk_gate(s(4, 64), 2.0), TypeError, r"k must be an int, got float"),
     ("k-bool", lambda: topk_gate(s(4, 64), True), TypeError, r"k must be an int, got bool"),
     ("k-none", lambda: topk_gate(s(4, 64), None), TypeError, r"k must be an int, got NoneType"),
-    ("k-0", lambda: topk_gate(s(4, 64), 0), ValueError, r"k must be in \[1, 16\].*got 0"),
-    ("k-17", lambda: topk_gate(s(4, 64), 17), ValueError, r"k must be in \[1, 16\].*got 17"),
+    ("k-0", lambda: topk_gate(s(4, 64), 0), ValueError, r"k must be in \[1, 32\].*got 0"),
+    ("k-33", lambda: topk_gate(s(4, 64), 33), ValueError, r"k must be in \[1, 32\].*got 33"),
     ("k-above-e", lambda: topk_gate(s(4, 6), 7), ValueError, r"k must be in \[1, 6\].*E = 6"),
     ("scoring-int", lambda: topk_gate(s(4, 64), 2, 1), TypeError, r"scoring must be a str"),
     (
@@ -177,7 +177,7 @@ def test_launch_arguments(fake, cpu_as_cuda, scoring, renormalize, key, flag):
     assert type(launch.scalars[0]) is float
 
 
-@pytest.mark.parametrize("k", [1, 16, torch.tensor(8).numpy()[()]])
+@pytest.mark.parametrize("k", [1, 16, 32, torch.tensor(8).numpy()[()]])
 def test_k_bounds_and_numpy_ints(fake, cpu_as_cuda, k):
     idx, _ = topk_gate(s(3, 256), k)
     assert idx.shape == (3, int(k))

@@ -172,3 +172,18 @@ def test_wheel_command_is_offline_and_keeps_configs_apart(tmp_path, capsys):
     path.write_text("[ops.rms_norm]\nspecs = [{M = 1}]")
     assert userwheel.pip_command(str(path), None, []) is None
     assert "{M = 1} does not fit rms_norm" in capsys.readouterr().err
+
+
+def test_any_expert_count_is_a_topk_gate_specialisation_and_a_bad_one_fails_before_tracing():
+    points = _variants('[ops.topk_gate]\nscoring = ["sigmoid"]\nspecs = [{E = 60}, {E = 384}]')
+    assert [p.name for p in points] == [
+        "topk_gate_fp32_sigmoid_any",
+        "topk_gate_fp32_sigmoid_e60",
+        "topk_gate_fp32_sigmoid_e384",
+    ]
+    with pytest.raises(ConfigError) as err:
+        _variants("[ops.topk_gate]\nspecs = [{E = 1024}]")
+    assert str(err.value) == (
+        "test.toml: [ops.topk_gate] specs: {E = 1024}: a static E must be an expert count "
+        "1 <= E <= 512; got 1024"
+    )

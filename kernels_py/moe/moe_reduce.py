@@ -7,8 +7,9 @@
 
 over the slots j with ``0 <= token_pos[t, j] < P`` (-1 marks a dropped slot; any other value
 outside the rows of ``y_sorted`` is skipped too, never read). Accumulation is fp32 in slot
-order (a multiply-add per slot, contracted to an FMA by the compiler), the result is rounded
-once to the output dtype; a token with no live slot gets zeros. ``token_pos`` is what
+order, as TileKernels' ``reduce_fused``: a weighted slot is one fused multiply-add
+``acc = fma(y, w, acc)`` (rounded once), an unweighted one an add; the result is rounded once
+to the output dtype; a token with no live slot gets zeros. ``token_pos`` is what
 ``moe_expand`` returns.
 
 One block per (token, chunk of its row), 128 threads. The token's positions and weights are
@@ -122,6 +123,12 @@ def _chunk_reduce(
     # `*(uint4*)(out + ...) = ...` came out of NVRTC 12.9 (sm_90a) with one of a thread's
     # vectors as four 4-byte STGs, in both output dtypes (cuobjdump; docs/ADDING_AN_OP.md).
     store_128 = cuda and store_w * ITEMSIZE[out_dtype] == 16
+    # The weighted slot is one explicit fused multiply-add (round once), not a multiply and
+    # an add left to the compiler's contraction: __fmaf_rn on CUDA, fma elsewhere.
+    fma = T.ieee_fmaf if cuda else T.fma
+    # TileLang does not vectorize a loop of FMA calls (it warns and emits a plain loop):
+    # unroll it instead; register arithmetic compiles to the same SASS either way.
+    vec_loop = T.unroll if weighted else T.vectorized
 
     @T.macro
     def load_row(buf, y, p, c, tx):
@@ -138,9 +145,11 @@ def _chunk_reduce(
         if (p >= 0) & (p < P):
             for u in T.unroll(unroll):
                 if c * chunk + (u * THREADS + tx) * vec < H:
-                    for v in T.vectorized(vec):
-                        if weighted:
-                            acc[u * vec + v] += scale * T.cast(buf[u * vec + v], "float32")
+                    for v in vec_loop(vec):
+                        if weighted:  # one FMA, as TileKernels' reduce_fused
+                            acc[u * vec + v] = fma(
+                                T.cast(buf[u * vec + v], "float32"), scale, acc[u * vec + v]
+                            )
                         else:
                             acc[u * vec + v] += T.cast(buf[u * vec + v], "float32")
 
@@ -185,9 +194,37 @@ def _chunk_reduce(
     return reduce_chunk
 
 
+def fma_f32(a, b, c):
+    """float32 ``a * b + c`` with one rounding (what CUDA's fmaf computes), on any device.
+
+    ``a * b`` is exact in float64 (24-bit significands); the sum is then rounded to odd
+    (rounded to nearest, then moved to the odd neighbour on the side of its error when
+    inexact and even), so the final rounding to float32 is the correctly rounded result
+    (float64 keeps more than 24 + 1 bits: no double rounding).
+    """
+    import torch
+
+    s = a.double() * b.double()
+    c = c.double()
+    t = s + c
+    bp = t - s
+    err = (s - (t - bp)) + (c - bp)  # t + err = s + c exactly (TwoSum), NaN at inf
+    even = (t.view(torch.int64) & 1) == 0
+    inexact = (err != 0) & torch.isfinite(err)
+    toward = torch.where(
+        err > 0, torch.full_like(t, float("inf")), torch.full_like(t, -float("inf"))
+    )
+    t = torch.where(inexact & even, torch.nextafter(t, toward), t)
+    return t.float()
+
+
 def reference(y_sorted, token_pos, weights=None, out_dtype=None):
     """torch reference: fp32 accumulation in slot order, one rounding to ``out_dtype``
-    (default: y's dtype). Slots with ``token_pos`` outside ``[0, P)`` are skipped."""
+    (default: y's dtype). Slots with ``token_pos`` outside ``[0, P)`` are skipped.
+
+    A weighted slot is one fused multiply-add, ``acc = fma(y, w, acc)`` rounded once (as
+    TileKernels' ``reduce_fused`` accumulates); an unweighted one is ``acc + y``.
+    """
     import torch
 
     t, k = token_pos.shape
@@ -198,8 +235,10 @@ def reference(y_sorted, token_pos, weights=None, out_dtype=None):
         live = (p >= 0) & (p < rows)
         term = y_sorted[p.clamp(0, max(rows - 1, 0))].float() if rows else acc
         if weights is not None:
-            term = weights[:, j, None].float() * term
-        acc = torch.where(live[:, None], acc + term, acc)
+            new = fma_f32(term, weights[:, j, None].float().expand_as(term), acc)
+        else:
+            new = acc + term
+        acc = torch.where(live[:, None], new, acc)
     return acc.to(out_dtype or y_sorted.dtype)
 
 

@@ -30,8 +30,9 @@ def moe_reduce(
     The inverse of `tileaot.moe_expand`'s gather: each token sums the rows its slots were sent
     to (after the experts ran on them), weighted by the router weights, or a plain sum when
     `weights` is None. Slots with ``token_pos[t, j] == -1`` (dropped) are skipped; a token with
-    no live slot gets a zero row. Accumulation is float32 in slot order (a multiply-add per
-    slot) with one final rounding to `out_dtype`. Each needed row of
+    no live slot gets a zero row. Accumulation is float32 in slot order, as TileKernels'
+    ``reduce_fused``: a weighted slot is one fused multiply-add ``acc = fma(y, w, acc)``
+    (rounded once), an unweighted one an add; one final rounding to `out_dtype`. Each needed row of
     `y_sorted` is read once and `out` written once.
 
     Args:

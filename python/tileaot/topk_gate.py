@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 _OP = "topk_gate"
 _KEYS = {"softmax": "fp32,softmax", "sigmoid": "fp32,sigmoid"}  # scoring -> dispatch key
 MAX_EXPERTS = 512
-MAX_K = 16
+MAX_K = 32  # as TileKernels' top2_sum_gate
 
 
 def topk_gate(
@@ -26,27 +26,33 @@ def topk_gate(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the `k` highest-scoring experts of each token and their gate weights.
 
-    For each row ``t`` of `scores`:
+    For each row ``t`` of `scores` (TileKernels 1.0.0's routing semantics):
 
-    * ``idx[t]`` holds the indices of the `k` largest ``scores[t, :]``, largest first. Equal
-      scores are ordered by expert index, smaller first, so the result is the same on every
-      GPU and every run (``torch.topk`` gives no such guarantee). A NaN score counts as -inf.
+    * ``idx[t]`` holds the `k` experts of largest rank, largest first. The rank is the score
+      itself (softmax) or its float32 sigmoid (sigmoid), as TileKernels' ``top2_sum_gate``
+      ranks them; the float32 sigmoid saturates (it is 1.0 from a logit of about 17 up), so
+      large logits tie. Equal ranks are ordered by expert index, smaller first, and a NaN
+      score ranks above every other one (+inf included), as TileKernels' ``stable_topk`` (a
+      stable descending ``torch.sort``): the result is the same on every GPU and every run.
     * ``weights[t, j]`` is ``softmax(scores[t, :])[idx[t, j]]`` (softmax over all experts) or
-      ``sigmoid(scores[t, idx[t, j]])``; with `renormalize` they are divided by their sum over
-      the `k` picks (for softmax that is a softmax over the picked scores alone).
+      the ranked ``sigmoid(scores[t, idx[t, j]])``; with `renormalize` they are divided by
+      their sum over the `k` picks, clamped to at least 1e-20 (as ``top2_sum_gate``; for
+      softmax that is a softmax over the picked scores alone).
 
-    The selection uses the scores themselves: softmax and sigmoid preserve their order, and
-    comparing scores avoids the ties that rounding the probabilities to float32 would create.
-    Weights are computed in float32 and agree with a float64 computation to about 1e-6
-    relative. A row whose scores are all -inf gets NaN softmax weights (as ``torch.softmax``);
-    sigmoid weights of scores below about -87 underflow float32 (0 at -inf), and renormalising
-    picks whose sigmoids are all 0 gives NaN.
+    This is ``top2_sum_gate`` with no bias, no expert groups, a scaling factor of 1, no
+    shared experts and one EP/TP rank (its weights are always renormalised). The sigmoid is
+    ``1 / (1 + expf(-x))`` in float32 with IEEE division (torch's CUDA formula). Weights are
+    float32 and agree with a float64 computation to about 1e-6 relative. NaN propagates as in
+    torch: a NaN score gets a NaN weight, and a softmax row holding a NaN or +inf has NaN
+    weights, as does a row whose scores are all -inf; sigmoid weights of scores below about
+    -87 underflow to 0 (renormalised: 0 / 1e-20 = 0).
 
     Args:
         scores: CUDA tensor ``[T, E]`` of ``torch.float32`` router logits, ``1 <= E <= 512``;
             contiguous, with a 16-byte-aligned data pointer. E = 64, 128 and 256 run
-            specialised kernels; other E a generic one.
-        k: experts per token, an int with ``1 <= k <= min(16, E)``.
+            specialised kernels in the default build (a build config can add any E up to
+            512); other E a generic one.
+        k: experts per token, an int with ``1 <= k <= min(32, E)``.
         scoring: ``"softmax"`` (the default) or ``"sigmoid"`` (DeepSeek-V3 style).
         renormalize: divide the `k` weights of each token by their sum (a bool, default True).
         out: optional ``(idx, weights)`` to write into instead of allocating: ``[T, k]``
@@ -62,7 +68,7 @@ def topk_gate(
         TypeError: `scores` or `out` is not a tensor / pair of tensors, or has the wrong
             dtype; `k` is not an int; `scoring` is not a str; `renormalize` is not a bool.
         ValueError: `scores` is not 2-D; E is 0 or above 512; `k` is outside
-            ``[1, min(16, E)]``; `scoring` is unknown; a tensor is not on a CUDA device (the
+            ``[1, min(32, E)]``; `scoring` is unknown; a tensor is not on a CUDA device (the
             same one), not contiguous or not 16-byte aligned; a dimension or element count
             reaches 2**31; `out` has a wrong shape or overlaps.
         ImportError: the native module is not built (a source checkout).
@@ -117,7 +123,9 @@ def topk_gate(
     if not 0 < e <= MAX_EXPERTS:
         raise ValueError(f"scores has E = {e} experts; topk_gate supports 1 <= E <= {MAX_EXPERTS}")
     if not 0 < k <= min(MAX_K, e):
-        raise ValueError(f"k must be in [1, {min(MAX_K, e)}] (at most 16 and E = {e}); got {k}")
+        raise ValueError(
+            f"k must be in [1, {min(MAX_K, e)}] (at most {MAX_K} and E = {e}); got {k}"
+        )
     device = _validate.check_memory(("scores",), (scores,))
     if out is None:
         idx = scores.new_empty(t, k, dtype=fw.int32)
