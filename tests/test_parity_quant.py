@@ -130,3 +130,48 @@ def test_edge_inputs_reach_the_edges():
     assert s.max() > 1e35  # huge rows
     q, _ = pt.reference(x[15:16], None)  # the ties row (15 = 3 * 5): amax 448, inv 1
     assert q[0, :8].float().tolist() == [448.0, 1.0, -1.0, 16.0, -9.0, 0.00390625, 1.25, 256.0]
+
+
+# --- FP4 E2M1 with UE8M0 scales ---------------------------------------------------------------
+# TileKernels' per_token_cast to "e2m1" with round_sf=True: packed codes (element 2i in the low
+# nibble) and power-of-two scales; ours stores each scale as its exponent byte (row-major uint8,
+# the byte TileKernels' packed-UE8M0 layout holds).
+
+
+@pytest.mark.parametrize("group", [16, 32])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("m", TOKENS)
+def test_per_token_cast_fp4_ue8m0_matches_tilekernels(m, dtype, group):
+    from kernels_py.quant import per_token_cast_fp4 as fp4
+
+    cast = tk("cast").cast
+    for n in _hidden(m):
+        x = _inputs(m, n, dtype, seed=7 * m + n)
+        q, s = fp4.reference(x, group, "ue8m0")
+        q_tk, s_tk = cast(x, "e2m1", (1, group), round_sf=True)
+        _same(q, q_tk.view(torch.uint8), f"q, N={n}")
+        assert torch.equal(s_tk.view(torch.int32) & 0x807FFFFF, torch.zeros_like(s_tk.int()))
+        _same(s, (s_tk.view(torch.int32) >> 23).to(torch.uint8), f"scale, N={n}")
+        assert (s[(x.float().view(m, -1, group) == 0).all(-1)] == 1).all()  # zero groups: 1
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("group", [16, 32])
+def test_cast_back_fp4_ue8m0_matches_tilekernels(group, out_dtype):
+    from kernels_py.quant import cast_back_fp4 as cb
+
+    cast_back = tk("cast").cast_back
+    g = torch.Generator().manual_seed(group)
+    m, n = 129, 512
+    q = torch.randint(0, 256, (m, n // 2), generator=g, dtype=torch.uint8)
+    scale = torch.randint(0, 256, (m, n // group), generator=g, dtype=torch.uint8)
+    scale[0, :4] = torch.tensor([0, 1, 254, 255], dtype=torch.uint8)  # TileKernels: 0.0, +inf
+    q[0, :8] = torch.tensor([0x00, 0x88, 0x17, 0x7F, 0xF0, 0x12, 0x34, 0x56], dtype=torch.uint8)
+    ours = cb.reference(q, scale, group, out_dtype)
+    fmt = "bf16" if out_dtype == torch.bfloat16 else "fp32"
+    # TileKernels reads UE8M0 scales as int32 words of four bytes (its packed layout).
+    theirs = cast_back((q.view(torch.int8), scale.view(torch.int32)), fmt, (1, group))
+    _same(ours, theirs, "cast_back")
+    assert (ours[0, :group].float() == 0).all()  # byte 0 decodes to 0.0
+    top = ours[0, 3 * group : 4 * group].float()  # byte 255: +inf (NaN for zero codes)
+    assert (top.isinf() | top.isnan()).all() and top.isinf().any()
