@@ -181,10 +181,14 @@ def test_native_call_takes_tensors_and_checks_them():
     q = torch.empty(37, 4096, dtype=torch.float8_e4m3fn, device="cuda")
     s = torch.empty(37, 32, device="cuda")
     cast = native.lookup("per_token_cast_fp8", "bf16,g128")
-    native.call(cast, (x, q, s), ())
-    torch.cuda.synchronize()
-    q_ref, s_ref = _reference("quant.per_token_cast_fp8")(x, 128)
-    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref)
+    for round_sf in (0.0, 1.0):  # the kernel's one scalar
+        native.call(cast, (x, q, s), (round_sf,))
+        torch.cuda.synchronize()
+        q_ref, s_ref = _reference("quant.per_token_cast_fp8")(x, 128, bool(round_sf))
+        assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+        assert torch.equal(s, s_ref)
+    with pytest.raises(ValueError, match="scalars"):
+        native.call(cast, (x, q, s), ())
 
 
 # ---------------------------------------------------------------- streams and coverage
