@@ -185,22 +185,21 @@ def swiglu_per_token_cast_fp8(d: Draw) -> Call:
     x = d.randn((m, 2 * h), BF16, 4.0)
     w = d.randn((m,), FP32) if d.flag() else None
     clamp = d.pick([None, 7.0, 1e-3])
+    round_sf = d.flag()
     groups = h // 128
     c = Call(
-        {"x": x, "weights": w, "clamp": clamp},
+        {"x": x, "weights": w, "clamp": clamp, "round_sf": round_sf},
         [((m, h), E4M3), ((m, groups), FP32)],
         m * h > 0,
-        bad={"clamp": [0.0, -1.0, math.inf, math.nan, 1e39, "7", True]},
+        bad={"clamp": [0.0, -1.0, math.inf, math.nan, 1e39, "7", True], "round_sf": [1, None]},
     )
     out = d.outs(c, [("out[0] (q)", (m, h), E4M3), ("out[1] (scale)", (m, groups), FP32)])
     c.slot(("x",), "x", (BF16,), (0, 1) if out or w is not None else (1,))
     if w is not None:
         c.slot(("weights",), "weights", (FP32,), (0,), optional=True)
 
-    def check(result: Any) -> None:
-        from test_gpu_swiglu import _check_fp8  # its tolerance: fast exp in the kernel
-
-        _check_fp8("fuzz", *result, *_ref("act.swiglu_per_token_cast_fp8")(x, w, clamp))
+    def check(result: Any) -> None:  # bit-exact (tests/test_gpu_swiglu.py)
+        _same_bits(result, _ref("act.swiglu_per_token_cast_fp8")(x, w, clamp, round_sf))
 
     c.check = check
     return c
@@ -214,12 +213,13 @@ def per_token_cast_fp8(d: Draw) -> Call:
     group = {"g128": 128, "none": None, "n": n}[mode]
     groups = n // 128 if group == 128 else 1
     x = d.randn((m, n), dt, 10.0)
+    round_sf = d.flag()
     bad_groups = [g for g in (64, 0, 256, -128, 1) if g not in (128, n)]
     c = Call(
-        {"x": x, "group_size": group},
+        {"x": x, "group_size": group, "round_sf": round_sf},
         [((m, n), E4M3), ((m, groups), FP32)],
         m * n > 0,
-        bad={"group_size": [*bad_groups, "128", 128.0, True]},
+        bad={"group_size": [*bad_groups, "128", 128.0, True], "round_sf": [0, "True"]},
     )
     out = d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", (m, groups), FP32)])
     # q has x's shape, and g128 needs N % 128 == 0; but with group_size=N a changed N is
@@ -231,7 +231,7 @@ def per_token_cast_fp8(d: Draw) -> Call:
     c.slot(("x",), "x", FLOATS, x_bound)
 
     def check(result: Any) -> None:  # bit-exact (tests/test_gpu.py)
-        q, s = _ref("quant.per_token_cast_fp8")(x, group or n)
+        q, s = _ref("quant.per_token_cast_fp8")(x, group or n, round_sf)
         _same_bits(result, (q, s.reshape(m, groups)))
 
     c.check = check
@@ -242,10 +242,16 @@ def per_block_cast_fp8(d: Draw) -> Call:
     dt, m, n = d.pick(FLOATS), d.size(200), d.size(200)
     x = d.randn((m, n), dt, 10.0)
     blocks = (-(-m // 128), -(-n // 128))
-    c = Call({"x": x}, [((m, n), E4M3), (blocks, FP32)], m * n > 0)
+    round_sf = d.flag()
+    c = Call(
+        {"x": x, "round_sf": round_sf},
+        [((m, n), E4M3), (blocks, FP32)],
+        m * n > 0,
+        bad={"round_sf": [1, None]},
+    )
     out = d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", blocks, FP32)])
     c.slot(("x",), "x", FLOATS, (0, 1) if out else ())
-    c.check = lambda result: _same_bits(result, _ref("quant.per_block_cast_fp8")(x))
+    c.check = lambda result: _same_bits(result, _ref("quant.per_block_cast_fp8")(x, round_sf))
     return c
 
 

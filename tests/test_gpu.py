@@ -90,17 +90,20 @@ CAST_SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("key", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("m,n,group", CAST_SHAPES)
-def test_per_token_cast_fp8(key, m, n, group):
+def test_per_token_cast_fp8(key, m, n, group, round_sf):
+    """TileKernels' per_token_cast (x * RN(448 / amax); round_sf: power-of-two scales) bit for
+    bit against the reference (tests/test_parity_quant.py holds that to TileKernels')."""
     import tileaot
 
     dtype = DTYPES[key]
     x = _randn((m, n), dtype, 10.0)
     x[0, : min(n, 256)] = 0  # a zero group (a zero row when n <= 256) must not give NaN
     x[-1, -1] = 1e4 if key != "fp16" else 6e4  # a large value saturates correctly
-    # Signed zeros and tiny values next to a large one: quotients that are ±0 in e4m3, whose
-    # sign the division-free quotient must keep.
+    # Signed zeros and tiny values next to a large one: products that are ±0 in e4m3, whose
+    # sign the cast must keep.
     big = 1e4 if key != "fp16" else 6e4
     x[-1, :6] = torch.tensor([-0.0, 1e-38, -1e-38, 1e-30, -1e-30, big], dtype=dtype)
     cols = n // 128 if group else 1
@@ -109,9 +112,9 @@ def test_per_token_cast_fp8(key, m, n, group):
     mode = "g128" if group else "token"
     name = _select("per_token_cast_fp8", f"{key},{mode}", [(m, n), (m, n), (m, cols)])
     SEEN.add(name)
-    tileaot.per_token_cast_fp8(x, group, out=(q, scale))
+    tileaot.per_token_cast_fp8(x, group, round_sf=round_sf, out=(q, scale))
     torch.cuda.synchronize()
-    q_ref, scale_ref = _reference("quant.per_token_cast_fp8")(x, group or n)
+    q_ref, scale_ref = _reference("quant.per_token_cast_fp8")(x, group or n, round_sf)
     assert torch.equal(scale, scale_ref.reshape(m, cols)), f"{name}: scales differ"
     mismatch = (q.view(torch.uint8) != q_ref.view(torch.uint8)).sum().item()
     assert mismatch == 0, f"{name}: {mismatch} fp8 bytes differ"
@@ -178,10 +181,14 @@ def test_native_call_takes_tensors_and_checks_them():
     q = torch.empty(37, 4096, dtype=torch.float8_e4m3fn, device="cuda")
     s = torch.empty(37, 32, device="cuda")
     cast = native.lookup("per_token_cast_fp8", "bf16,g128")
-    native.call(cast, (x, q, s), ())
-    torch.cuda.synchronize()
-    q_ref, s_ref = _reference("quant.per_token_cast_fp8")(x, 128)
-    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref)
+    for round_sf in (0.0, 1.0):  # the kernel's one scalar
+        native.call(cast, (x, q, s), (round_sf,))
+        torch.cuda.synchronize()
+        q_ref, s_ref = _reference("quant.per_token_cast_fp8")(x, 128, bool(round_sf))
+        assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+        assert torch.equal(s, s_ref)
+    with pytest.raises(ValueError, match="scalars"):
+        native.call(cast, (x, q, s), ())
 
 
 # ---------------------------------------------------------------- streams and coverage

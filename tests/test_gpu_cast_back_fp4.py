@@ -2,11 +2,12 @@
 kernels_py.quant.cast_back_fp4.reference.
 
 Every output dtype x group size x scale format on random code bytes (all 256 values) with
-random scales, including the special ones: UE8M0 0 (subnormal products), 253/254 (products
-overflow to inf) and 255 (NaN); E4M3 NaNs, negative scales and subnormal scales. Outputs are
-poisoned with a value no product can take; results must equal the reference bit for bit (NaN
-where the reference is NaN). Round trips through per_token_cast_fp4 must equal the references
-chained. The last test checks that every cast_back_fp4 variant built for this GPU was run.
+random scales, including the special ones: UE8M0 0 (0.0, as TileKernels decodes it),
+253/254 (products overflow to inf) and 255 (+inf; NaN for zero codes); E4M3 NaNs, negative
+scales and subnormal scales. Outputs are poisoned with a value no product can take; results
+must equal the reference bit for bit (NaN where the reference is NaN). Round trips through
+per_token_cast_fp4 must equal the references chained. The last test checks that every
+cast_back_fp4 variant built for this GPU was run.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Every dtype x variant (N = 2048, 4096, 7168 and generic sizes: tails in both dim
 not a multiple of the 16-byte vector, 1x1) on random inputs spanning many magnitudes per
 block, with an all-zero block, saturating values, -0.0 and tiny negatives (e4m3 -0), and
 fp16/bf16 subnormals. Outputs are poisoned (0xFF bytes, an e4m3 NaN; NaN scales) before each
-call; q bytes and scales must be bit-exact. Also: NaN/Inf inputs behave as documented, a
-call of more than 65535 row blocks is split correctly, and every per_block_cast_fp8 variant
-built for this GPU was exercised.
+call; q bytes and scales must be bit-exact, for round_sf False and True (TileKernels'
+per_block_cast semantics: tests/test_parity_quant.py holds the reference to it). Also:
+NaN/Inf inputs behave as the kernel docstring says, a call of more than 65535 row blocks is
+split correctly, and every per_block_cast_fp8 variant built for this GPU was exercised.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ SHAPES = [  # (M, N)
 ]
 
 
-def _reference(x):
-    return importlib.import_module("kernels_py.quant.per_block_cast_fp8").reference(x)
+def _reference(x, round_sf=False):
+    module = importlib.import_module("kernels_py.quant.per_block_cast_fp8")
+    return module.reference(x, round_sf=round_sf)
 
 
 def _select(key: str, shapes: list[tuple[int, ...]]) -> str:
@@ -66,7 +68,7 @@ def _input(m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
-def _run(x: torch.Tensor, key: str) -> tuple[torch.Tensor, torch.Tensor, str]:
+def _run(x: torch.Tensor, key: str, round_sf=False) -> tuple[torch.Tensor, torch.Tensor, str]:
     import tileaot
 
     m, n = x.shape
@@ -75,18 +77,19 @@ def _run(x: torch.Tensor, key: str) -> tuple[torch.Tensor, torch.Tensor, str]:
     scale = torch.full((bm, bn), float("nan"), device="cuda")
     name = _select(key, [(m, n), (m, n), (bm, bn)])
     SEEN.add(name)
-    got = tileaot.per_block_cast_fp8(x, out=(q, scale))
+    got = tileaot.per_block_cast_fp8(x, round_sf=round_sf, out=(q, scale))
     assert got[0] is q and got[1] is scale
     torch.cuda.synchronize()
     return q, scale, name
 
 
+@pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("key", DTYPES)
 @pytest.mark.parametrize("m,n", SHAPES)
-def test_per_block_cast_fp8(key, m, n):
+def test_per_block_cast_fp8(key, m, n, round_sf):
     x = _input(m, n, DTYPES[key])
-    q, scale, name = _run(x, key)
-    q_ref, scale_ref = _reference(x)
+    q, scale, name = _run(x, key, round_sf)
+    q_ref, scale_ref = _reference(x, round_sf)
     assert torch.equal(scale, scale_ref), f"{name}: scales differ"
     mismatch = (q.view(torch.uint8) != q_ref.view(torch.uint8)).sum().item()
     assert mismatch == 0, f"{name}: {mismatch} fp8 bytes differ"
@@ -106,9 +109,12 @@ def test_allocating_call_matches_out_call():
 
 @pytest.mark.parametrize("m,n", [(300, 7168), (260, 257)])
 def test_non_finite_inputs(m, n):
+    """round_sf=False (the kernel docstring's "Non-finite x"): a NaN element is NaN in q and
+    its block is cast as if it were 0 (the |x| max ignores NaN); a block holding +Inf gets an
+    Inf scale, multiplier 448 / Inf = 0, so NaN (Inf * 0) there and ±0 elsewhere."""
     x = _input(m, n, torch.bfloat16)
-    x[200, 200] = float("nan")  # block (1, 1): NaN there, the rest as if it were 0
-    x[10, n - 1] = float("inf")  # the last block of row-block 0: Inf scale, NaN q
+    x[200, 200] = float("nan")  # block (1, 1)
+    x[10, n - 1] = float("inf")  # the last block of row-block 0
     q, scale, name = _run(x, "bf16")
     clean = x.clone()
     clean[200, 200] = 0
@@ -116,10 +122,12 @@ def test_non_finite_inputs(m, n):
     q_ref, scale_ref = _reference(clean)
     nan_q = (q.view(torch.uint8) & 0x7F) == 0x7F
     assert nan_q[200, 200] and scale[1, 1] == scale_ref[1, 1]
-    assert scale[0, -1] == float("inf") and nan_q[:128, (n - 1) // 128 * 128 :].all()
+    inf_block = (slice(0, 128), slice((n - 1) // 128 * 128, n))
+    assert scale[0, -1] == float("inf") and nan_q[10, n - 1]
+    assert nan_q[inf_block].sum() == 1 and (q.float()[inf_block].nan_to_num(0) == 0).all()
     keep = torch.ones_like(nan_q)
     keep[200, 200] = False
-    keep[:128, (n - 1) // 128 * 128 :] = False
+    keep[inf_block] = False
     assert torch.equal(q.view(torch.uint8)[keep], q_ref.view(torch.uint8)[keep]), name
     keep_s = torch.ones_like(scale, dtype=torch.bool)
     keep_s[0, -1] = False

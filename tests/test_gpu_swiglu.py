@@ -4,13 +4,14 @@ odd size against the torch references, outputs poisoned (NaN / 0xFF) before each
 * swiglu: bit-exact against ``reference`` on the same CUDA tensors (the kernel performs
   torch's operations: libdevice ``expf``, IEEE division, one rounding). A first, looser check
   (one output ulp) separates a wrong kernel from a torch build whose ``exp`` differs.
-* swiglu_per_token_cast_fp8: the kernel's silu uses fast ``exp``/reciprocal, so against the
-  exact-math reference it allows: scales within 2^-16 relative (the measured worst case on
-  random data is ~2^-19), every e4m3 code within one step (ordinal distance <= 1, +-0 equal),
-  and at most 1e-3 of the codes (+4) off by that step (~1e-5 expected). Properties that are
-  exact for the kernel itself are checked bit for bit: weights=None equals weights=ones,
-  a clamp above every |value| equals no clamp, doubling a row's weight doubles its scales
-  and leaves its codes unchanged, zero groups give the 1e-4/448 scale and zero codes.
+* swiglu_per_token_cast_fp8: bit-exact against ``reference`` on the same CUDA tensors, for
+  round_sf False and True (TileKernels' swiglu_forward_and_per_token_cast: libdevice ``expf``,
+  IEEE division, x * RN(448 / amax); tests/test_parity_quant.py holds the reference to
+  TileKernels'). As for swiglu, a looser first check (scales within 2^-16, codes within one
+  e4m3 step) separates a wrong kernel from a torch build whose ``exp`` differs. Also bit for
+  bit: weights=None equals weights=ones, a clamp above every |value| equals no clamp,
+  doubling a row's weight doubles its scales and leaves its codes unchanged, zero groups give
+  the 1e-4/448 scale and zero codes.
 
 Each test checks which variant served it; the last one checks that together they exercised
 every variant of these two ops built for this GPU.
@@ -128,6 +129,9 @@ def _check_fp8(name, q, scale, q_ref, scale_ref):
     assert off.max().item() <= 1, f"{name}: an e4m3 code is {off.max().item()} steps off"
     n_off = (off > 0).sum().item()
     assert n_off <= MAX_OFF_FRACTION * q.numel() + 4, f"{name}: {n_off} codes one step off"
+    # Then exactly: the kernel performs the reference's operations on the GPU.
+    assert torch.equal(scale, scale_ref), f"{name}: scales differ in the last bits"
+    assert n_off == 0 and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), name
 
 
 def _fused_inputs(m, h):
@@ -143,22 +147,25 @@ def _fused_out(m, h):
     return q, _nan((m, h // 128), torch.float32)
 
 
+@pytest.mark.parametrize("round_sf", [False, True], ids=["f32", "pow2"])
 @pytest.mark.parametrize("weighted", [False, True], ids=["nw", "w"])
-@pytest.mark.parametrize("clamp", [None, 7.0], ids=["noclamp", "clamp7"])
+@pytest.mark.parametrize("clamp", [None, 7.0, 0.5], ids=["noclamp", "clamp7", "clamp0.5"])
 @pytest.mark.parametrize("m,h", FQ_SHAPES)
-def test_swiglu_per_token_cast_fp8(m, h, weighted, clamp):
+def test_swiglu_per_token_cast_fp8(m, h, weighted, clamp, round_sf):
     _, fused = _ops()
     x = _fused_inputs(m, h)
     w = torch.rand(m, device="cuda") + 0.01 if weighted else None
     q, scale = _fused_out(m, h)
     name = _select("swiglu_per_token_cast_fp8", "bf16", [(m, 2 * h), (m,), (m, h), (m, h // 128)])
     SEEN.add(name)
-    out = fused(x, w, clamp, out=(q, scale))
+    out = fused(x, w, clamp, round_sf=round_sf, out=(q, scale))
     torch.cuda.synchronize()
     assert out[0] is q and out[1] is scale
-    q_ref, scale_ref = _reference("swiglu_per_token_cast_fp8")(x, w, clamp)
+    q_ref, scale_ref = _reference("swiglu_per_token_cast_fp8")(x, w, clamp, round_sf)
     _check_fp8(name, q, scale, q_ref, scale_ref)
     floor = torch.tensor(1e-4, device="cuda") / torch.tensor(448.0, device="cuda")
+    if round_sf:
+        floor = torch.tensor(2.0**-22, device="cuda")  # 2.23e-7 rounded up to a power of two
     assert scale[0, 0] == floor and (q[0, :128].float() == 0).all(), f"{name}: zero group"
 
 

@@ -107,6 +107,27 @@ def test_fp8_dequantised_is_close_and_amax_maps_to_448(dtype, group_size):
     assert torch.equal(s, want)
 
 
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("group_size", [128, None])
+def test_fp8_reference_is_tilekernels_multiplier_math(group_size, round_sf):
+    """q = RN(x * inv) with inv = RN(448 / amax) (or 1 / scale, scale = the power-of-two
+    ceiling of amax / 448), in independent float64 steps (products of two float32 are exact
+    in float64, so one rounding to float32 is the float32 product)."""
+    x = (torch.randn(6, 512) * torch.logspace(-6, 6, 6).unsqueeze(1)).bfloat16()
+    q, scale = fp8.reference(x, group_size, round_sf=round_sf)
+    xg = _groups(x, group_size).double()
+    amax = xg.abs().amax(-1, keepdim=True).clamp(min=float(torch.tensor(1e-4)))
+    s = (amax / E4M3_MAX).float().double()
+    if round_sf:
+        s = torch.pow(2.0, torch.ceil(torch.log2(s)))  # s >= 2^-23: log2 exact at powers
+        inv = 1.0 / s
+    else:
+        inv = (E4M3_MAX / amax).float().double()
+    assert torch.equal(scale.unsqueeze(-1).double(), s)
+    want = (xg * inv).float().clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    assert torch.equal(_groups(q.view(torch.uint8), group_size), want.view(torch.uint8).float())
+
+
 def test_fp8_reference_rounds_to_nearest_even():
     # 1.0625 lies halfway between the e4m3 values 1.0 and 1.125: ties go to the even 1.0;
     # 1.1875 lies between 1.125 and 1.25: ties go to the even 1.25.
@@ -169,8 +190,14 @@ def test_lower_gemm_sm90a_uses_wgmma():
 def test_lower_fp8_uses_saturating_rn_cast_and_ieee_division():
     func = fp8.factory(arch="sm_90a", dtype="bfloat16", group="g128", N=4096)
     src = lower_source(func, "sm_90a", "fp8_test")
-    assert "__NV_SATFINITE, __NV_E4M3" in src and "__fdiv_rn" in src
-    assert "__fdividef" not in src
+    # per group: amax / 448 in each round_sf branch, and 448 / amax; none per element
+    assert "__NV_SATFINITE, __NV_E4M3" in src and src.count("__fdiv_rn") == 3
+    assert "__fmul_rn" in src and "__fdividef" not in src and "__fmaf_rn" not in src
+    assert ">> (uint)23" in src and "(round_sf != 0)" in src  # round_sf: a runtime select
+    func = fp8.factory(arch="sm_80", dtype="float32", group="token")
+    src = lower_source(func, "sm_80", "fp8_test2")
+    # the per-row divisions (3) in each of the vector and scalar paths
+    assert src.count("__fdiv_rn") == 6 and ">> (uint)23" in src and "__fmul_rn" in src
 
 
 @needs_tilelang

@@ -83,10 +83,10 @@ def _independent_cast(x: torch.Tensor, g: int, fmt: str):
             grp = row[j : j + g]
             amax = max(abs(a) for a in grp)
             if fmt == "ue8m0":
-                e = 0
+                e = 1  # TileKernels' floor: amax >= 6 * 2^-126, scale >= 2^-126
                 if amax > 0:
                     fr, ex = math.frexp(amax / 6)  # amax / 6 = fr 2^ex, fr in [0.5, 1)
-                    e = max(0, 127 + (ex - 1 if fr == 0.5 else ex))
+                    e = max(1, 127 + (ex - 1 if fr == 0.5 else ex))
                 s, stored = 2.0 ** (e - 127), e
             else:
                 s = next((t for t in table if 6 * t >= amax), table[-1])
@@ -122,7 +122,7 @@ def test_nibble_order_signs_and_zero_groups():
     x[0, :4] = torch.tensor([6.0, -0.5, -0.0, 3.0])  # amax 6 -> e = 127, scale 1
     x[0, 4] = -0.1  # rounds to zero, keeps its sign
     q, e = fp4.reference(x, 32, "ue8m0")
-    assert e.tolist() == [[127], [0]]  # row 1 is all zero: e = 0, no NaN
+    assert e.tolist() == [[127], [1]]  # row 1 is all zero: e = 1 (2^-126, TileKernels'), no NaN
     assert q[0, :3].tolist() == [0x7 | 0x9 << 4, 0x8 | 0x5 << 4, 0x8]
     assert torch.equal(q[1], torch.zeros(16, dtype=torch.uint8))
     _, s = fp4.reference(x, 16, "e4m3")
@@ -184,10 +184,14 @@ def test_cast_back_decodes_the_table_with_signs():
 
 def test_cast_back_special_ue8m0_scales():
     q = torch.full((1, 16), 0x77, dtype=torch.uint8)  # 6.0 everywhere
-    e = torch.tensor([[0, 255]], dtype=torch.uint8)  # 2^-127 (subnormal product), NaN
+    e = torch.tensor([[0, 255]], dtype=torch.uint8)  # TileKernels' decoding: 0.0 and +inf
     got = back.reference(q, e, 16, torch.float32)
-    assert torch.equal(got[0, :16], torch.full((16,), 6.0 * 2.0**-127))
-    assert torch.isnan(got[0, 16:]).all()
+    assert torch.equal(got[0, :16], torch.zeros(16))
+    assert torch.equal(got[0, 16:], torch.full((16,), torch.inf))
+    zero_codes = back.reference(torch.zeros(1, 8, dtype=torch.uint8), e[:, 1:], 16, torch.float32)
+    assert torch.isnan(zero_codes).all()  # 0 * inf
+    tiny = back.reference(q, torch.tensor([[1, 2]], dtype=torch.uint8), 16, torch.float32)
+    assert torch.equal(tiny[0, :16], torch.full((16,), 6.0 * 2.0**-126))
     big = back.reference(q, torch.tensor([[254, 253]], dtype=torch.uint8), 16, torch.bfloat16)
     assert torch.isinf(big[0, :16]).all() and torch.isinf(big[0, 16:]).all()  # 6 * 2^126 > max
     q1 = torch.full((1, 8), 0x11, dtype=torch.uint8)  # 0.5 everywhere

@@ -1,8 +1,10 @@
 """CPU tests of kernels_py.quant.per_block_cast_fp8: the torch reference against independent
-float64 math, the kernel's division sequence against IEEE division (emulated exactly), the
-KernelSpec, and lowering smoke tests (need tilelang, no GPU)."""
+float64 math (both scale modes), the power-of-two scale's bit trick against exact math, the
+KernelSpec, and lowering smoke tests (need tilelang, no GPU). Parity with TileKernels:
+tests/test_parity_quant.py."""
 
 import inspect
+import math
 
 import pytest
 
@@ -21,7 +23,17 @@ def _seed():
     torch.manual_seed(0)
 
 
-def _independent(x):
+def _pow2_ceil(s: float) -> float:
+    """The smallest power of two >= s (s a positive normal float32), by exact float math."""
+    p = 2.0 ** math.floor(math.log2(s))
+    while p < s:  # log2 may round; fix up exactly
+        p *= 2
+    while p / 2 >= s:
+        p /= 2
+    return p
+
+
+def _independent(x, round_sf=False):
     """Per-block cast in float64 steps, block by block (no padding, no broadcasting tricks)."""
     m, n = x.shape
     bm, bn = -(-m // 128), -(-n // 128)
@@ -31,23 +43,30 @@ def _independent(x):
         for j in range(bn):
             blk = x[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128].double()
             amax = max(blk.abs().max().item(), float(torch.tensor(1e-4, dtype=torch.float32)))
-            # float64 quotients rounded to float32 are the IEEE float32 quotients
-            s = torch.tensor(amax / 448.0, dtype=torch.float64).float()
+            # float64 quotients rounded to float32 are the IEEE float32 quotients, and float64
+            # products of two float32 are exact (so one rounding to float32: the fp32 product)
+            s = float(torch.tensor(amax / 448.0, dtype=torch.float64).float())
+            if round_sf:
+                s = _pow2_ceil(s)
+                inv = 1.0 / s
+            else:
+                inv = float(torch.tensor(448.0 / amax, dtype=torch.float64).float())
             scale[i, j] = s
-            y = (blk / s.double()).float().clamp(-E4M3_MAX, E4M3_MAX)
+            y = (blk * inv).float().clamp(-E4M3_MAX, E4M3_MAX)
             q[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128] = y.to(torch.float8_e4m3fn)
     return q, scale
 
 
+@pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES.values())
 @pytest.mark.parametrize("m,n", [(1, 1), (128, 128), (130, 257), (300, 1000), (5, 7168)])
-def test_reference_matches_float64_bit_for_bit(dtype, m, n):
+def test_reference_matches_float64_bit_for_bit(dtype, m, n, round_sf):
     rows = torch.logspace(-3, 3, m).unsqueeze(1)  # blocks of very different ranges
     x = (torch.randn(m, n) * rows).to(dtype)
-    q, scale = pb.reference(x)
+    q, scale = pb.reference(x, round_sf=round_sf)
     assert q.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32
     assert q.shape == (m, n) and scale.shape == (-(-m // 128), -(-n // 128))
-    q_want, scale_want = _independent(x)
+    q_want, scale_want = _independent(x, round_sf)
     assert torch.equal(scale, scale_want)
     assert torch.equal(q.view(torch.uint8), q_want.view(torch.uint8))
 
@@ -75,83 +94,29 @@ def test_amax_maps_to_448_and_dequantised_is_close():
     assert torch.equal(q.float()[at_max].abs(), torch.full((int(at_max.sum()),), E4M3_MAX))
 
 
-# --- the kernel's division ------------------------------------------------------------------
-# The kernel computes x / s (s = scale, the same for a whole block) as
-#   r = RN(1/s); y0 = RN(x*r); y1 = fma(fma(-s, y0, x), r, y0); y = fma(fma(-s, y1, x), r, y1)
-#   q = copysign(y, x)
-# These tests emulate that sequence exactly in float64 and compare it with IEEE division.
+# --- the power-of-two scale ------------------------------------------------------------------
+# scale = bits((((bits(s) - 1) >> 23) + 1) << 23), inv = bits((254 << 23) - bits(scale))
+# (kernels_py/quant/quotient.py), against exact math on every float32 exponent.
 
 
-def _fma32(a, b, c):
-    """RN_float32(a * b + c) exactly, for float32 tensors (float64 products are exact)."""
-    p, c64 = a.double() * b.double(), c.double()
-    s = p + c64
-    bb = s - p
-    err = (p - (s - bb)) + (c64 - bb)  # TwoSum: s + err == p + c exactly
-    r = s.float()
-    d = s - r.double()  # exact
-    nb = torch.nextafter(r, torch.where(d > 0, torch.inf, -torch.inf).float())
-    # s exactly halfway between two floats and err != 0: the exact sum is past the midpoint
-    mid = (d != 0) & (2 * d == nb.double() - r.double()) & (err != 0)
-    return torch.where(mid & ((err > 0) == (d > 0)), nb, r)
+def test_pow2_scale_bit_trick_is_the_power_of_two_ceiling():
+    from kernels_py.quant.quotient import reference_scale_and_inv
 
-
-def _kernel_division(x, s):
-    r = (1.0 / s.double()).float()  # __frcp_rn: correctly rounded
-    y0 = (x.double() * r.double()).float()  # __fmul_rn
-    y1 = _fma32(_fma32(-s, y0, x), r, y0)
-    y = _fma32(_fma32(-s, y1, x), r, y1)
-    return torch.copysign(y, x)
-
-
-def _fma32_sanity():
-    a = torch.tensor([1 + 2**-12], dtype=torch.float32)
-    # (1 + 2^-12)^2 - 1 = 2^-11 + 2^-24: an fma keeps the 2^-24 that a rounded product loses
-    assert _fma32(a, a, torch.tensor([-1.0])).item() == 2**-11 + 2**-24
-    assert (a * a - 1).item() == 2**-11
-
-
-def _all_finite(dtype):
-    v = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
-    return v[torch.isfinite(v)]
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_kernel_division_equals_ieee_division_on_every_value(dtype):
-    _fma32_sanity()
-    values = _all_finite(dtype)
-    pool = values.abs()[values != 0]
-    amaxes = torch.cat([pool[torch.randint(0, len(pool), (6,))], pool.max().reshape(1)])
-    amaxes = torch.cat([amaxes, torch.tensor([1e-4, 1.0, 448.0, 1e-6])])
-    for amax in amaxes:
-        s = (torch.clamp(amax, min=1e-4).double() / 448.0).float()
-        x = values[values.abs() <= amax]  # a block's values never exceed its amax
-        got = _kernel_division(x, s.expand_as(x))
-        want = x / s.expand_as(x)  # IEEE float32 division
-        tiny = want.abs() < 2**-100  # e4m3 rounds these to ±0 either way (sign checked below)
-        assert torch.equal(got[~tiny], want[~tiny]), float(amax)
-        assert torch.equal(torch.signbit(got), torch.signbit(want)), float(amax)
-        q_got = got.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
-        q_want = want.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
-        assert torch.equal(q_got, q_want), float(amax)
-
-
-def test_kernel_division_equals_ieee_division_float32_and_near_midpoints():
-    exps = torch.randint(-60, 120, (24,)).float()
-    amaxes = torch.cat([(torch.rand(24) + 1) * torch.pow(2.0, exps), torch.tensor([3e38])])
-    for amax in amaxes:
-        s = (torch.clamp(amax, min=1e-4).double() / 448.0).float()
-        x = (torch.rand(20000) * 2 - 1) * amax
-        # values whose quotient lands on, or one ulp either side of, e4m3 rounding midpoints
-        mids = torch.arange(-895, 896).float() / 2 * s
-        mids = mids[mids.abs() <= amax]
-        x = torch.cat([x, mids, torch.nextafter(mids, mids + 1), torch.nextafter(mids, mids - 1)])
-        x = torch.cat([x, amax.reshape(1), -amax.reshape(1), torch.tensor([0.0, -0.0, -1e-40])])
-        got = _kernel_division(x, s.expand_as(x))
-        want = x / s.expand_as(x)
-        tiny = want.abs() < 2**-100
-        assert torch.equal(got[~tiny], want[~tiny]), float(amax)
-        assert torch.equal(torch.signbit(got), torch.signbit(want)), float(amax)
+    exps = torch.arange(-14, 128, dtype=torch.float64)  # amax from 1e-4 to beyond 2^127
+    mant = torch.tensor([1.0, 1.0 + 2**-23, 1.5, 2 - 2**-23])
+    amax = (mant[None, :] * torch.pow(2.0, exps)[:, None]).float().flatten()
+    amax = torch.cat([amax[torch.isfinite(amax)], torch.tensor([1e-4, 448.0, 3.3e38])])
+    amax = amax.clamp(min=1e-4)
+    scale, inv = reference_scale_and_inv(amax, 448.0, True)
+    s = amax.double() / 448.0
+    for a, sc, iv, exact in zip(
+        amax.tolist(), scale.tolist(), inv.tolist(), s.float().tolist(), strict=True
+    ):
+        assert sc == _pow2_ceil(exact), a
+        assert iv == 1.0 / sc, a  # exact: a power of two
+    scale_f, inv_f = reference_scale_and_inv(amax, 448.0, False)
+    assert torch.equal(scale_f, (amax.double() / 448.0).float())  # IEEE division
+    assert torch.equal(inv_f, (448.0 / amax.double()).float())
 
 
 # --- spec -----------------------------------------------------------------------------------
@@ -186,9 +151,12 @@ def test_lower_static_bf16_is_vectorised_and_exact():
     assert "__launch_bounds__(256, 3)" in src
     assert "*(uint4*)(x + " in src  # 16-byte loads of x
     assert "*(fp8_e4_8_t*)(q + " in src  # 8-byte stores of q
-    assert "__NV_SATFINITE, __NV_E4M3" in src and "__fdiv_rn" in src and "__frcp_rn" in src
-    assert "__fmaf_rn" in src and "copysignf" in src and "tl::warp_reduce_max" in src
-    assert "__fdividef" not in src and "(fp8_e4_t)" not in src
+    # per block: amax / 448 in each round_sf branch, and 448 / amax; none per element
+    assert "__NV_SATFINITE, __NV_E4M3" in src and src.count("__fdiv_rn") == 3
+    assert "__fmul_rn" in src and "tl::warp_reduce_max" in src
+    assert "__fdividef" not in src and "(fp8_e4_t)" not in src and "__fmaf_rn" not in src
+    # round_sf is a runtime scalar: the power-of-two path is a select per block
+    assert ">> (uint)23" in src and "(round_sf != 0)" in src
 
 
 @needs_tilelang

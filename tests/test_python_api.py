@@ -339,9 +339,10 @@ def test_rms_norm_out(fake, cpu_as_cuda):
     ("group_size", "key", "groups"),
     [(128, "fp16,g128", 2), (None, "fp16,token", 1), (256, "fp16,token", 1)],
 )
-def test_per_token_cast_launch_arguments(fake, cpu_as_cuda, group_size, key, groups):
+@pytest.mark.parametrize("round_sf", [False, True])
+def test_per_token_cast_launch_arguments(fake, cpu_as_cuda, group_size, key, groups, round_sf):
     x = t(4, 256, dtype=torch.float16)
-    q, scale = cast(x, group_size)
+    q, scale = cast(x, group_size, round_sf=round_sf) if round_sf else cast(x, group_size)
     assert (q.shape, q.dtype) == ((4, 256), F8)
     assert (scale.shape, scale.dtype) == ((4, groups), torch.float32)
     assert fake.lookups == [("per_token_cast_fp8", key)]
@@ -352,9 +353,16 @@ def test_per_token_cast_launch_arguments(fake, cpu_as_cuda, group_size, key, gro
             STREAM,
             (x.data_ptr(), q.data_ptr(), scale.data_ptr()),
             (4, 256, 4, 256, 4, groups),
-            (),
+            (1.0 if round_sf else 0.0,),  # the kernel's round_sf (default False)
         )
     ]
+
+
+@pytest.mark.parametrize("bad", [1, None, "yes", 1.0])
+def test_per_token_cast_round_sf_must_be_a_bool(fake, cpu_as_cuda, bad):
+    with pytest.raises(TypeError, match="round_sf must be True or False; got "):
+        cast(t(4, 256), 128, round_sf=bad)
+    assert fake.launches == []
 
 
 @pytest.mark.parametrize(("group_size", "split"), [(128, True), (None, False)])

@@ -119,6 +119,13 @@ def test_bad_input_raises_before_launch(fake, cpu_as_cuda, call, exc, match):
     assert fake.launches == [] and fake.lookups == []
 
 
+@pytest.mark.parametrize("bad", [0, None, "no"])
+def test_round_sf_must_be_a_bool(fake, cpu_as_cuda, bad):
+    with pytest.raises(TypeError, match="round_sf must be True or False; got "):
+        cast(t(4, 128), round_sf=bad)
+    assert fake.launches == []
+
+
 def test_cpu_tensors_are_rejected(fake):
     with pytest.raises(ValueError, match=r"x is on device 'cpu'; tileaot kernels run on CUDA"):
         cast(t(4, 128))
@@ -129,9 +136,10 @@ def test_cpu_tensors_are_rejected(fake):
     ("dtype", "key"), [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (F32, "fp32")]
 )
 @pytest.mark.parametrize(("m", "n", "bm", "bn"), [(4, 128, 1, 1), (300, 7168, 3, 56), (1, 7, 1, 1)])
-def test_launch_arguments(fake, cpu_as_cuda, dtype, key, m, n, bm, bn):
+@pytest.mark.parametrize("round_sf", [None, False, True])
+def test_launch_arguments(fake, cpu_as_cuda, dtype, key, m, n, bm, bn, round_sf):
     x = t(m, n, dtype=dtype)
-    q, scale = cast(x)
+    q, scale = cast(x) if round_sf is None else cast(x, round_sf=round_sf)
     assert (q.shape, q.dtype) == ((m, n), F8)
     assert (scale.shape, scale.dtype) == ((bm, bn), F32)
     assert q.is_contiguous() and scale.is_contiguous()
@@ -143,7 +151,7 @@ def test_launch_arguments(fake, cpu_as_cuda, dtype, key, m, n, bm, bn):
             STREAM,
             (x.data_ptr(), q.data_ptr(), scale.data_ptr()),
             (m, n, m, n, bm, bn),
-            (),
+            (1.0 if round_sf else 0.0,),  # the kernel's round_sf (default False)
         )
     ]
     launch = fake.launches[0]

@@ -277,10 +277,11 @@ def test_swiglu_out(fake, cpu_as_cuda):
 
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize(("clamp", "limit"), [(None, math.inf), (7, 7.0), (2.5, 2.5)])
-def test_fused_launch_arguments(fake, cpu_as_cuda, weighted, clamp, limit):
+@pytest.mark.parametrize("round_sf", [False, True])
+def test_fused_launch_arguments(fake, cpu_as_cuda, weighted, clamp, limit, round_sf):
     x = t(5, 2 * 384)
     w = t(5, dtype=F32) if weighted else None
-    q, scale = fused(x, w, clamp)
+    q, scale = fused(x, w, clamp, round_sf=round_sf) if round_sf else fused(x, w, clamp)
     assert (q.shape, q.dtype) == ((5, 384), F8)
     assert (scale.shape, scale.dtype) == ((5, 3), F32)
     assert fake.lookups == [("swiglu_per_token_cast_fp8", "bf16")]
@@ -292,7 +293,7 @@ def test_fused_launch_arguments(fake, cpu_as_cuda, weighted, clamp, limit):
             STREAM,
             (x.data_ptr(), w_ptr, q.data_ptr(), scale.data_ptr()),
             (5, 768, 5, 5, 384, 5, 3),
-            (limit, 1.0 if weighted else 0.0),
+            (limit, 1.0 if weighted else 0.0, 1.0 if round_sf else 0.0),
         )
     ]
     assert all(type(v) is float for v in fake.launches[0].scalars)
@@ -304,7 +305,9 @@ def test_fused_out_and_keywords(fake, cpu_as_cuda):
     q, scale = fused(x, weights=w, clamp=torch.tensor(3.0).numpy()[()], out=out)
     assert q is out[0] and scale is out[1]
     assert fake.launches[0].ptrs == (x.data_ptr(), w.data_ptr(), q.data_ptr(), scale.data_ptr())
-    assert fake.launches[0].scalars == (3.0, 1.0)
+    assert fake.launches[0].scalars == (3.0, 1.0, 0.0)
+    with pytest.raises(TypeError, match="round_sf must be True or False; got int"):
+        fused(x, w, round_sf=1)
 
 
 @pytest.mark.parametrize(

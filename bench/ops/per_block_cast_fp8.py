@@ -12,15 +12,22 @@ import torch
 from kernels_py.quant.per_block_cast_fp8 import reference
 
 
-def _case(m: int, n: int):
+def _case(m: int, n: int, round_sf: bool = False):
     x = torch.randn(m, n, device="cuda").bfloat16()
     q = torch.empty(m, n, dtype=torch.float8_e4m3fn, device="cuda")
     s = torch.empty(-(-m // 128), -(-n // 128), device="cuda")
     nbytes = x.numel() * 2 + q.numel() + s.numel() * 4
-    return (lambda: tileaot.per_block_cast_fp8(x, out=(q, s))), (lambda: reference(x)), nbytes, None
+    return (
+        (lambda: tileaot.per_block_cast_fp8(x, round_sf=round_sf, out=(q, s))),
+        (lambda: reference(x, round_sf)),
+        nbytes,
+        None,
+    )
 
 
 CASES = [
     ("per_block_cast_fp8 bf16", "32768x7168", lambda: _case(32768, 7168)),
     ("per_block_cast_fp8 bf16", "128x4096", lambda: _case(128, 4096)),
+    ("per_block_cast_fp8 bf16 round_sf", "32768x7168", lambda: _case(32768, 7168, True)),
+    ("per_block_cast_fp8 bf16 round_sf", "4096x7168", lambda: _case(4096, 7168, True)),
 ]

@@ -1,44 +1,44 @@
 """SwiGLU fused with an optional per-row weight and a per-128-column FP8 e4m3 cast.
 
-For each row ``i`` of ``x[M, 2H]`` (gate ``g = x[i, :H]``, up ``u = x[i, H:]``, fp32)::
+TileKernels 1.0.0's ``swiglu_forward_and_per_token_cast(x, "e4m3", 128, ..., round_sf=...)``
+with per-row weights and row-major fp32 scales, bit for bit: its reference is
+``tile_kernels.torch.swiglu_forward`` followed by ``tile_kernels.torch.cast`` (its tests compare
+both exactly). For each row ``i`` of ``x[M, 2H]`` (gate ``g = x[i, :H]``, up ``u = x[i, H:]``,
+fp32)::
 
     if clamp:  g = min(g, limit);  u = max(min(u, limit), -limit)
-    a     = ((g * rcp(1 + exp(-g))) * u) * weights[i]     # silu(g) * u, weight 1 if absent
+    a     = ((g / (1 + expf(-g))) * u) * weights[i]       # weight 1 if absent
     amax  = max(max |a| over the 128-column group, 1e-4)
-    scale = amax / 448                                    # IEEE division
-    q     = e4m3(a / scale)                               # correctly rounded fp32 quotient,
-                                                          # then RN, saturating at 448
+    scale = amax / 448  |  2^ceil(log2(amax / 448))       # round_sf = 0 | 1
+    inv   = 448 / amax  |  1 / scale
+    q     = e4m3(a * inv)                                 # RN, saturating at 448
 
 ``q`` is ``[M, H]`` float8_e4m3fn, ``scale`` ``[M, H / 128]`` float32: the math of
-``kernels_py/quant/per_token_cast_fp8.py`` (g128) applied to the fp32 activation, which is
-never rounded to bf16. The clamp is DeepSeek-V3's ``swiglu_limit`` rule: the gate is capped
-from above only, the up projection on both sides.
+``kernels_py/quant/per_token_cast_fp8.py`` (g128, ``quotient.py``) applied to the fp32
+activation, which is never rounded to bf16. The clamp is DeepSeek-V3's ``swiglu_limit`` rule
+(TileKernels' ``swiglu_clamp_value``): the gate is capped from above only, the up projection on
+both sides.
 
-Precision: silu uses the hardware approximations ``__expf`` (ex2.approx) and ``rcp.approx``;
-the activation ``a`` is within ~(4 + 1.2 |g|) fp32 ulps of ``reference``'s exact-math fp32
-value (far below e4m3's 2^-4 step). As a result an e4m3 code can differ from ``reference`` by
-one step where the exact quotient lies next to a rounding midpoint (~1e-5 of elements on
-random data) and scales by a few fp32 ulps. The accurate libdevice ``expf`` and an IEEE
-division would make it bit-exact but cost ~13 more instructions per element, which makes the
-kernel issue-bound (~85 % of copy bandwidth on an H200 instead of memory-bound); the
-standalone ``swiglu`` op keeps the exact formulation.
-
-The quotient ``a / scale`` is correctly rounded without a per-element division: one
-reciprocal per group and five FP32 ops per element (``kernels_py/quant/quotient.py``).
+silu is ``swiglu.silu_mul``: the accurate libdevice ``expf`` and an IEEE division, the
+operations torch's CUDA kernels perform for the reference's formula, so ``reference`` on a
+CUDA tensor reproduces q and scale bit for bit (on the CPU torch's ``exp`` may differ by an
+ulp). It costs ~13 more instructions per element than ``__expf`` and ``rcp.approx``, which
+the kernel used before it followed TileKernels (one e4m3 step off in ~1e-5 of codes).
 
 One kernel, one read of x (and of the weights), one write of q and scale; everything else
 stays in registers. A block of 128 threads owns ``ROWS`` rows x ``GROUPS`` groups; each thread
 holds one 16-byte vector (8 bf16) of gate and of up per (row, group), so a group's amax is an
 8-element register max plus a 16-lane shuffle reduction.
 
-Cost (SASS, per element): ~25 instructions on sm_90a (+3 with the clamp), memory-bound on an
-H200 at 5 bytes per element; sm_70/sm_80 cubins (also run on sm_86/89) convert to e4m3 in
-software (no cvt.e4m3x2 before sm_89): ~88, issue-bound there, as per_token_cast_fp8 is.
+Cost (SASS, per element): ~35 instructions on sm_90a (+3 with the clamp); sm_70/sm_80 cubins
+(also run on sm_86/89) convert to e4m3 in software (no cvt.e4m3x2 before sm_89), issue-bound
+there, as per_token_cast_fp8 is.
 
 Optional inputs are runtime scalars, not variants: ``limit`` (``+inf`` = no clamp: a uniform
 branch skips the clamp) and ``weighted`` (0: the weights pointer is never read and the weight
-is 1.0, an exact no-op). A group whose activations overflow fp32 gets ``scale = inf`` and
-unspecified q; NaN inputs give unspecified results (as in per_token_cast_fp8).
+is 1.0, an exact no-op), ``round_sf`` (non-zero: power-of-two scales; a select per group). A
+group whose activations overflow fp32 and NaN inputs give unspecified results (as in
+per_token_cast_fp8; TileKernels defines none either).
 
 Variants: bf16 input only (the MoE activation dtype); static H (``{"H": 7168}`` ...) and
 generic (M and H dynamic, ``H % 128 == 0`` required so groups are whole and rows 16-byte
@@ -46,8 +46,9 @@ aligned). Loops touching global memory carry ``coalesced_width`` = one 16-byte v
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
-from ..quant.quotient import quotient, reciprocal
+from ..quant.quotient import inv_of, reference_scale_and_inv, scale_of
 from ..spec import KernelSpec
+from .swiglu import silu_mul
 
 DTYPES = ("bfloat16",)
 FP8 = "float8_e4m3fn"
@@ -66,24 +67,14 @@ VEC = 8  # bf16 elements per 16-byte vector
 
 
 def factory(arch: str, dtype: str, H: int | None = None):
-    """TileLang prim_func ``(x[M, 2H], weights[M], q[M, H], scale[M, H/128], limit, weighted)``.
-
-    ``arch`` does not change the code.
+    """TileLang prim_func ``(x[M, 2H], weights[M], q[M, H], scale[M, H/128], limit, weighted,
+    round_sf)``; ``round_sf`` non-zero: power-of-two scales. ``arch`` does not change the code.
     """
     if dtype not in DTYPES:
         raise ValueError(f"swiglu_per_token_cast_fp8: unsupported dtype {dtype!r}")
     if H is not None and H % GROUP:
         raise ValueError(f"swiglu_per_token_cast_fp8: H={H} is not a multiple of {GROUP}")
     return _kernel(dtype, H)
-
-
-def silu_fast(T, g):
-    """fp32 ``g * rcp.approx(1 + __expf(-g))``: ~8 instructions (2 MUFU) against ~20 exact.
-
-    ``g < -88``: exp overflows to inf, rcp(inf) = 0, silu = -0 (the exact value rounds to a
-    tiny negative number or -0). ``g > 88``: exp underflows to 0, silu = g.
-    """
-    return g * T.fast_rcp(1.0 + T.__exp(-g))
 
 
 def _kernel(dtype: str, h: int | None):
@@ -102,6 +93,7 @@ def _kernel(dtype: str, h: int | None):
         scale: T.Tensor((M, G), "float32"),
         limit: T.float32,
         weighted: T.int32,
+        round_sf: T.int32,
     ):
         # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
         with T.Kernel(T.ceildiv(M, ROWS), T.ceildiv(G, GROUPS), threads=THREADS) as (bm, bg):
@@ -111,7 +103,7 @@ def _kernel(dtype: str, h: int | None):
             g = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
             u = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
             s = T.alloc_fragment((ROWS, GROUPS), "float32")  # amax, then the scale
-            y = T.alloc_fragment((ROWS, GROUPS), "float32")  # RN(1 / scale)
+            y = T.alloc_fragment((ROWS, GROUPS), "float32")  # the multiplier inv
             wr = T.alloc_fragment((ROWS, GROUPS), "float32")  # row weight, per (row, group)
             # Gate and up in separate loops: one loop with both loads halves the vector width.
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
@@ -131,16 +123,17 @@ def _kernel(dtype: str, h: int | None):
                     (weighted != 0) & (bm * ROWS + r < M), weights[bm * ROWS + r], 1.0
                 )
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
-                g[r, c, j] = silu_fast(T, g[r, c, j]) * u[r, c, j] * wr[r, c]
+                g[r, c, j] = silu_mul(T, g[r, c, j], u[r, c, j]) * wr[r, c]
                 u[r, c, j] = T.abs(g[r, c, j])
             T.reduce_max(u, s, dim=2)  # |a| >= 0, so the -inf start value never survives
             for r, c in T.Parallel(ROWS, GROUPS):
-                s[r, c] = T.ieee_fdiv(T.max(s[r, c], AMAX_FLOOR), FP8_MAX)
-                y[r, c] = reciprocal(T, s[r, c])
+                wr[r, c] = T.max(s[r, c], AMAX_FLOOR)  # the clamped amax (wr is free again)
+                s[r, c] = scale_of(T, wr[r, c], FP8_MAX, round_sf)
+                y[r, c] = inv_of(T, wr[r, c], s[r, c], FP8_MAX, round_sf)
                 if (bm * ROWS + r < M) & (bg * GROUPS + c < G):
                     scale[bm * ROWS + r, bg * GROUPS + c] = s[r, c]
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
-                g[r, c, j] = quotient(T, g[r, c, j], s[r, c], y[r, c])
+                g[r, c, j] = T.ieee_mul(g[r, c, j], y[r, c])
             # A separate cast-and-store loop lets TileLang pair the fp8 conversions (cvt.x2)
             # and store 8 bytes per vector; the conversion saturates at 448 (SATFINITE).
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
@@ -151,14 +144,10 @@ def _kernel(dtype: str, h: int | None):
     return swiglu_per_token_cast_fp8
 
 
-def reference(x, weights=None, clamp=None):
-    """torch reference, exact fp32 math in the kernel's operation order: ``(q, scale)``.
-
-    silu is ``g / (1 + exp(-g))`` with an accurate exp and an IEEE division; the kernel's
-    approximate silu makes it differ as the module docstring states (scales by a few ulps,
-    rare e4m3 codes by one step). The quantisation is per_token_cast_fp8's: every division has
-    a tensor divisor, so it is IEEE on CUDA too.
-    """
+def reference(x, weights=None, clamp=None, round_sf: bool = False):
+    """torch reference, the kernel's fp32 operations in its order: ``(q, scale)``; on a CUDA
+    tensor bit-exact with the kernel. TileKernels' ``cast(swiglu_forward(x, ..., clamp), "e4m3",
+    (1, 128), round_sf=round_sf)`` computes the same bytes (tests/test_parity_quant.py)."""
     import torch
 
     m, h2 = x.shape
@@ -173,8 +162,8 @@ def reference(x, weights=None, clamp=None):
         a = a * weights.float()[:, None]
     a = a.reshape(m, h // GROUP, GROUP)
     amax = a.abs().amax(dim=-1, keepdim=True).clamp(min=AMAX_FLOOR)
-    scale = amax / torch.full_like(amax, FP8_MAX)
-    q = (a / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    scale, inv = reference_scale_and_inv(amax, FP8_MAX, round_sf)
+    q = (a * inv).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q.reshape(m, h), scale.reshape(m, h // GROUP)
 
 

@@ -3,10 +3,14 @@
 
 Inputs are those ``per_token_cast_fp4`` writes (see its docstring for the format): ``q`` uint8
 ``[M, N/2]``, element ``2i`` in the low nibble of byte ``i``, bit 3 of a nibble the sign;
-``scale`` ``[M, N/g]``, either uint8 UE8M0 (``2^(e - 127)``; 255 is NaN, as in the OCP MX
-spec) or float8_e4m3fn. Every product is exact in float32 and in bfloat16 (E2M1 values have
-at most 2 significant bits, scales at most 4), except that UE8M0 scales near 2^127 overflow to
-inf; a NaN scale gives NaN. ``-0`` codes give ``-0.0``.
+``scale`` ``[M, N/g]``, either uint8 UE8M0 or float8_e4m3fn. A UE8M0 byte ``e`` decodes as
+TileKernels 1.0.0 decodes it (``tile_kernels.torch.cast`` ``transform_sf``; its kernels'
+``transform_sf`` likewise): the float32 with exponent field ``e`` and zero mantissa, i.e.
+``2^(e - 127)`` for 1..254, ``0.0`` for 0 and ``+inf`` for 255 (the OCP MX spec would read 0 as
+2^-127 and 255 as NaN; TileKernels' casts never write either, see per_token_cast_fp4).
+Every product is exact in float32 and in bfloat16 (E2M1 values have at most 2 significant
+bits, scales at most 4), except that UE8M0 scales near 2^127 overflow to inf; ``0 * inf`` and
+a NaN scale give NaN. ``-0`` codes give ``-0.0``.
 
 Kernel (memory-bound: 0.5 byte read, 2 or 4 written per element). Like the cast, the problem
 is flat: element ``f`` has its code in nibble ``f % 2`` of byte ``f // 2`` and its scale at
@@ -99,16 +103,11 @@ def _kernel(dtype: str, g: int, scale_fmt: str, n: int | None):
 
 
 def _scale_value(T, scale_fmt: str, stored):
-    """The float32 value of a stored scale (exact; UE8M0 255 is NaN, 0 is 2^-127)."""
+    """The float32 value of a stored scale (exact; UE8M0: the byte as the exponent field, so 0
+    is 0.0 and 255 is +inf, as TileKernels decodes it)."""
     if scale_fmt == "e4m3":
         return T.cast(stored, "float32")
-    e = T.cast(stored, "uint32")
-    bits = T.if_then_else(
-        e == T.uint32(0),
-        T.uint32(0x00400000),  # 2^-127, a subnormal
-        T.if_then_else(e == T.uint32(255), T.uint32(0x7FC00000), e << T.uint32(23)),
-    )
-    return T.reinterpret(bits, "float32")
+    return T.reinterpret(T.cast(stored, "uint32") << T.uint32(23), "float32")
 
 
 def _decode(T, word, k: int):
@@ -131,9 +130,8 @@ def reference(q, scale, group_size: int = 32, out_dtype=None):
     codes = torch.stack([q & 0xF, q >> 4], dim=-1).reshape(m, n).long()
     table = torch.tensor(E2M1_VALUES, dtype=torch.float64, device=q.device)
     values = table[codes & 7] * torch.where(codes >= 8, -1.0, 1.0).double()
-    if scale.dtype == torch.uint8:  # 2^(e - 127) built from float64 bits: exact, no libm
-        s = ((scale.long() + (1023 - 127)) << 52).view(torch.float64)
-        s = torch.where(scale == 255, torch.nan, s)
+    if scale.dtype == torch.uint8:  # TileKernels' decoding: the byte as a float32 exponent
+        s = (scale.int() << 23).view(torch.float32).double()  # 0 -> 0.0, 255 -> +inf
     else:
         s = scale.double()
     out = values.reshape(m, n // group_size, group_size) * s.unsqueeze(-1)

@@ -1,13 +1,16 @@
 """Per-block cast to FP8 e4m3 (OCP e4m3fn, max 448): one fp32 scale per 128x128 block.
 
-For each block of 128 rows x 128 columns (partial blocks at the bottom/right edges)::
+TileKernels 1.0.0's ``per_block_cast(x, "e4m3", (128, 128), round_sf=...)`` with row-major fp32
+scales, bit for bit (its reference ``tile_kernels.torch.cast``). For each block of 128 rows x
+128 columns (partial blocks at the bottom/right edges)::
 
     amax  = max(max |x|, 1e-4)          # the floor keeps all-zero blocks finite
-    scale = amax / 448
-    q     = e4m3(clamp(x / scale, -448, 448))   # round to nearest even, saturating
+    scale = amax / 448  |  2^ceil(log2(amax / 448))     # round_sf = 0 | 1 (runtime scalar)
+    inv   = 448 / amax  |  1 / scale
+    q     = e4m3(clamp(x * inv, -448, 448))   # round to nearest even, saturating
 
-The same math as ``per_token_cast_fp8``, bit for bit: fp32, IEEE division for the scale, and
-``x / scale`` correctly rounded (see below). ``scale`` is ``[ceil(M/128), ceil(N/128)]``.
+The same math as ``per_token_cast_fp8`` (``quotient.py``): fp32, IEEE divisions once per block,
+one multiply per element. ``scale`` is ``[ceil(M/128), ceil(N/128)]``.
 
 Kernel: one CTA (256 threads) per 128x128 block, SIMT-style so the code is what we write.
 Thread ``t`` owns one 16-byte column vector (8 bf16/fp16 or 4 fp32) of every 16th (8th for
@@ -22,17 +25,16 @@ wrapper splits calls of more than 65535 row blocks (M > 8,388,480) into several 
 A runtime branch takes the vector path when N is a multiple of the vector (rows stay 16-byte
 aligned) and element-wise access otherwise; static N ({2048, 4096, 7168}) only the former.
 
-Division: ``x / scale`` correctly rounded with one reciprocal per block and five FP32 ops per
-element instead of an IEEE division each (``kernels_py/quant/quotient.py`` says why it is exact).
-
-Non-finite x: a NaN element becomes NaN in q (the |x| max ignores it); a block holding ±Inf
-gets an Inf scale and NaN q. The reference (torch) differs there; finite inputs are exact.
+Non-finite x (no TileKernels semantics: its kernel and reference disagree): a NaN element
+becomes NaN in q and its block is cast as if it were 0 (the |x| max ignores NaN); with
+round_sf=0 a block holding ±Inf gets an Inf scale and multiplier 0, so NaN at the Inf and ±0
+elsewhere. The reference (torch) propagates NaN into the scale. Finite inputs are exact.
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..spec import KernelSpec
-from .quotient import quotient, reciprocal
+from .quotient import inv_of, reference_scale_and_inv, scale_of
 
 DTYPES = ("bfloat16", "float16", "float32")
 FP8 = "float8_e4m3fn"  # OCP e4m3fn (torch.float8_e4m3fn)
@@ -48,9 +50,9 @@ MIN_BLOCKS = {"bfloat16": 3, "float16": 3, "float32": 2}
 
 
 def factory(arch: str, dtype: str, N: int | None = None):
-    """TileLang prim_func ``(x[M, N], q[M, N] e4m3fn, scale[ceil(M/128), ceil(N/128)] fp32)``.
-
-    ``arch`` does not change the code.
+    """TileLang prim_func ``(x[M, N], q[M, N] e4m3fn, scale[ceil(M/128), ceil(N/128)] fp32,
+    round_sf int32)``; ``round_sf`` non-zero: power-of-two scales. ``arch`` does not change
+    the code.
     """
     if dtype not in DTYPES:
         raise ValueError(f"per_block_cast_fp8: unsupported dtype {dtype!r}")
@@ -67,17 +69,18 @@ def factory(arch: str, dtype: str, N: int | None = None):
         x: T.Tensor((M, n_dim), dtype),
         q: T.Tensor((M, n_dim), FP8),
         scale: T.Tensor((T.ceildiv(M, BLOCK), T.ceildiv(n_dim, BLOCK)), "float32"),
+        round_sf: T.int32,
     ):
         with T.Kernel(T.ceildiv(n_dim, BLOCK), T.ceildiv(M, BLOCK), threads=THREADS) as (bn, bm):
             T.annotate_min_blocks_per_sm(MIN_BLOCKS[dtype])
             if N is not None:
-                vec_block(x, q, scale, bm, bn)
+                vec_block(x, q, scale, round_sf, bm, bn)
             elif n_dim % vec == 0:
                 # Rows start 16-byte aligned (the base pointer is): 16-byte vector access.
                 T.assume(n_dim % vec == 0)
-                vec_block(x, q, scale, bm, bn)
+                vec_block(x, q, scale, round_sf, bm, bn)
             else:
-                scalar_block(x, q, scale, bm, bn)
+                scalar_block(x, q, scale, round_sf, bm, bn)
 
     return per_block_cast_fp8
 
@@ -95,7 +98,7 @@ def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
     zero = T.cast(0, dtype)
 
     @T.macro
-    def quantise_block(x, q, scale, bm, bn):
+    def quantise_block(x, q, scale, round_sf, bm, bn):
         tx = T.get_thread_binding()
         buf = T.alloc_local((steps * vec,), dtype)
         yq = T.alloc_local((vec,), "float32")
@@ -103,7 +106,7 @@ def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
         partial = T.alloc_shared((warps,), "float32")
         amax = T.alloc_var("float32")
         s = T.alloc_var("float32")
-        r = T.alloc_var("float32")
+        inv = T.alloc_var("float32")
         col = bn * BLOCK + (tx % per_row) * vec
         row0 = bm * BLOCK + tx // per_row
         # Load: every vector of this thread before any use (steps loads in flight).
@@ -132,14 +135,14 @@ def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
         T.sync_threads()
         for w in T.unroll(warps):
             amax = T.max(amax, partial[w])
-        s = T.ieee_fdiv(T.max(amax, AMAX_FLOOR), FP8_MAX)
+        s = scale_of(T, T.max(amax, AMAX_FLOOR), FP8_MAX, round_sf)
         if tx == 0:
             scale[bm, bn] = s
-        r = reciprocal(T, s)
-        # Quantise from registers: y = RN(x / s) by two exact-residual corrections.
+        inv = inv_of(T, T.max(amax, AMAX_FLOOR), s, FP8_MAX, round_sf)
+        # Quantise from registers: y = RN(x * inv).
         for i in T.unroll(steps):
             for v in T.unroll(vec):
-                yq[v] = quotient(T, T.cast(buf[i * vec + v], "float32"), s, r)
+                yq[v] = T.ieee_mul(T.cast(buf[i * vec + v], "float32"), inv)
             # fp32 -> e4m3 in pairs (__nv_cvt_float2_to_fp8x2, RN, satfinite): a vectorised
             # cast; a scalar one would go through cutlass's own conversion.
             for v in T.vectorized(vec):
@@ -156,9 +159,11 @@ def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
     return quantise_block
 
 
-def reference(x):
+def reference(x, round_sf: bool = False):
     """torch reference, bit-exact for finite x: ``(q [M, N] e4m3fn, scale [ceil(M/128),
-    ceil(N/128)] float32)``."""
+    ceil(N/128)] float32)``; ``round_sf``: the power-of-two scales (the kernel's scalar).
+    TileKernels' ``tile_kernels.torch.cast(x, "e4m3", (128, 128), round_sf=round_sf)`` computes
+    the same bytes (tests/test_parity_quant.py)."""
     import torch
     import torch.nn.functional as F
 
@@ -168,11 +173,9 @@ def reference(x):
     # |x| max over 128 rows, then over 128 columns; zero padding changes no max.
     rows = F.pad(xf.abs(), (0, 0, 0, bm * BLOCK - m)).view(bm, BLOCK, n).amax(dim=1)
     amax = F.pad(rows, (0, bn * BLOCK - n)).view(bm, bn, BLOCK).amax(dim=2)
-    # A tensor divisor on purpose: torch turns division by a Python scalar into multiplication
-    # by its reciprocal on CUDA, which is off by one ulp for some amax; the kernel divides.
-    scale = amax.clamp(min=AMAX_FLOOR) / torch.full_like(amax, FP8_MAX)
-    s = scale.repeat_interleave(BLOCK, 0)[:m].repeat_interleave(BLOCK, 1)[:, :n]
-    q = (xf / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    scale, inv = reference_scale_and_inv(amax.clamp(min=AMAX_FLOOR), FP8_MAX, round_sf)
+    r = inv.repeat_interleave(BLOCK, 0)[:m].repeat_interleave(BLOCK, 1)[:, :n]
+    q = (xf * r).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q, scale
 
 
@@ -182,5 +185,6 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"N": n} for n in STATIC_N)),
     reference=reference,
-    doc="q, scale = e4m3fn(x / scale), max|x|/448 per 128x128 block; x[M, N] any M, N.",
+    doc="q, scale = e4m3fn(x * RN(448/amax)), amax/448 (or its power-of-two ceiling) per"
+    " 128x128 block, as TileKernels' per_block_cast; x[M, N] any M, N.",
 )

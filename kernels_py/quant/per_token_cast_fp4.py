@@ -7,10 +7,13 @@ the high nibble of byte ``i`` (the MX/NVFP4 convention: ``q[:, i] = c[2i] | c[2i
 Math, for each group of ``g`` (16 or 32) consecutive elements of a row, with ``amax`` the
 largest ``|x|`` of the group (exact, in float32):
 
-* ``ue8m0``: ``e = max(0, 127 + ceil(log2(amax / 6)))`` (all-zero groups: ``e = 0``), stored as
-  a uint8; ``scale = 2^(e - 127)`` is the smallest power of two with ``amax / scale <= 6``. The
-  exponent comes from the bits of ``amax``, no logarithm: ``e = ((bits + 0x3FFFFF) >> 23) - 2``.
-  ``v = |x| / scale`` is then exact.
+* ``ue8m0``: ``e = max(1, 127 + ceil(log2(amax / 6)))`` (all-zero groups: ``e = 1``, 2^-126),
+  stored as a uint8; ``scale = 2^(e - 127)`` is the smallest power of two with
+  ``amax / scale <= 6``. This is TileKernels 1.0.0's ``cast(x, "e2m1", (1, g), round_sf=True)``
+  byte for byte (codes and scale exponents; tests/test_parity_quant.py): it clamps amax to at
+  least ``6 * 2^-126`` and rounds ``amax / 6`` up to a power of two. The exponent comes from
+  the bits of ``amax``, no logarithm: ``e = ((bits + 0x3FFFFF) >> 23) - 2``. ``v = |x| / scale``
+  is then exact.
 * ``e4m3``: ``scale`` is the smallest positive float8_e4m3fn value with ``6 * scale >= amax``
   (exact comparison; all-zero groups get the smallest one, 2^-9), or 448 if ``amax > 2688``
   (those groups saturate). ``v = |x| / scale`` rounded once to float32 (IEEE division).
@@ -166,13 +169,13 @@ def _unpack(T, dtype: str, word, half: int):
 
 def _ue8m0_scale(T, amax):
     """(e, h, 0), h = 2^(126 - e) = 1 / (2 scale): e is the biased exponent of the smallest
-    power-of-two scale >= amax / 6.
+    power-of-two scale >= amax / 6, at least 1 (2^-126: TileKernels' floor).
 
     ``amax = m 2^E`` with ``m`` in [1, 2): ``ceil(log2(amax / 6)) = E - 2 + (m > 1.5)``, and
     ``m > 1.5`` is a carry out of the mantissa when 0x3FFFFF is added to the bits.
     """
     bits = T.reinterpret(amax, "uint32")
-    e = T.max(T.cast((bits + T.uint32(0x3FFFFF)) >> T.uint32(23), "int32") - 2, 0)
+    e = T.max(T.cast((bits + T.uint32(0x3FFFFF)) >> T.uint32(23), "int32") - 2, 1)
     # 2^(127 - e) is a normal float for e in [0, 253]; halve it with a multiply (2^-127 for
     # e = 253 is subnormal, which the exponent field alone cannot express).
     inv = T.reinterpret(T.cast(254 - e, "uint32") << T.uint32(23), "float32")
@@ -305,7 +308,7 @@ def reference(x, group_size: int = 32, scale_format: str = "ue8m0"):
     xf = x.float().reshape(m, n // g, g)
     amax = xf.abs().amax(dim=-1, keepdim=True)
     if scale_format == "ue8m0":
-        e = (((amax.view(torch.int32) + 0x3FFFFF) >> 23) - 2).clamp(min=0)
+        e = (((amax.view(torch.int32) + 0x3FFFFF) >> 23) - 2).clamp(min=1)
         inv = ((254 - e) << 23).view(torch.float32)  # 2^(127 - e), exact
         v = xf.abs() * inv
         scale = e.to(torch.uint8)

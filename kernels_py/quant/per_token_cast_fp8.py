@@ -1,17 +1,20 @@
 """Per-token(-group) cast to FP8 e4m3 (OCP e4m3fn, max 448) with fp32 scales.
 
-For each group (128 columns of a row for ``g128``, the whole row for ``token``)::
+TileKernels 1.0.0's ``per_token_cast(x, "e4m3", 128 or N, round_sf=...)`` with row-major fp32
+scales, bit for bit (its reference ``tile_kernels.torch.cast``; ``quotient.py``). For each group
+(128 columns of a row for ``g128``, the whole row for ``token``)::
 
     amax  = max(max |x|, 1e-4)          # the floor keeps all-zero groups finite
-    scale = amax / 448
-    q     = e4m3(x / scale)             # round to nearest even, saturating at ±448
+    scale = amax / 448                  # round_sf = 0
+          | 2^ceil(log2(amax / 448))    # round_sf = 1 (a runtime scalar)
+    inv   = 448 / amax  |  1 / scale    # (exact for pow2)
+    q     = e4m3(x * inv)               # round to nearest even, saturating at ±448
 
-All fp32; ``scale`` by IEEE division (``__fdiv_rn``, immune to fast-math flags) and ``x / scale``
-correctly rounded with one reciprocal per group (``quotient.py``: five FP32 ops per element
-instead of an IEEE division, which made this kernel issue-bound), so ``reference`` reproduces
-``q`` and ``scale`` bit for bit for finite x. |x / scale| <= 448 by construction, so the
-conversion's saturation (below) does what the reference's clamp does; a NaN element stays NaN
-in q (the reference's clamp would keep it NaN too, but its amax turns the group NaN).
+All fp32; both divisions IEEE (``__fdiv_rn``, immune to fast-math flags) once per group and one
+multiply per element, so ``reference`` reproduces ``q`` and ``scale`` bit for bit for finite x.
+|x * inv| <= 448 up to an ulp, so the conversion's saturation (below) does what the
+reference's clamp does. Non-finite x: unspecified (TileKernels' kernel and reference disagree
+there too: the kernel's |x| max ignores NaN, torch's propagates it).
 
 TileLang 0.1.15 lowers the fp32 -> fp8 cast to
 ``__nv_cvt_float2_to_fp8x2(..., __NV_SATFINITE, __NV_E4M3)`` (cvt.rn.satfinite on sm_89+,
@@ -24,7 +27,7 @@ Kernels:
   ``per_block_cast_fp8``: ``lanes`` = 16 threads (32 for fp32) share a row's group, one 16-byte
   vector each, and each thread loads all its ``steps`` vectors (rows 16 apart; 8 for fp32) before
   using any. A group max is a thread max then xor shuffles inside the aligned run of ``lanes``
-  lanes; every lane then computes the scale and reciprocal itself (no broadcast needed).
+  lanes; every lane then computes the scale and multiplier itself (no broadcast needed).
   ``__launch_bounds__(256, MIN_BLOCKS)`` keeps 3 CTAs' loads in flight per SM. This layout
   replaced a ``T.Parallel`` tile of one vector per thread (197 -> 180 us, H200, T = 32768,
   N = 7168; bench/results/2026-11-29-h200-tuning.md). Static N and generic (N dynamic,
@@ -40,7 +43,7 @@ alignment needed; fp32 broadcasts miscompile).
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..spec import KernelSpec
-from .quotient import quotient, reciprocal
+from .quotient import inv_of, reference_scale_and_inv, scale_of
 
 DTYPES = ("bfloat16", "float16", "float32")
 GROUPS_MODES = ("g128", "token")
@@ -62,9 +65,10 @@ SCALAR_PER_THREAD = 4  # token: scalar elements per thread per chunk on the unal
 
 
 def factory(arch: str, dtype: str, group: str, N: int | None = None):
-    """TileLang prim_func ``(x[M, N], q[M, N] e4m3fn, scale[M, G] float32)``.
+    """TileLang prim_func ``(x[M, N], q[M, N] e4m3fn, scale[M, G] float32, round_sf int32)``.
 
-    ``G = N // 128`` for ``g128`` and 1 for ``token``; ``arch`` does not change the code.
+    ``G = N // 128`` for ``g128`` and 1 for ``token``; ``round_sf`` non-zero: power-of-two
+    scales (TileKernels' ``round_sf=True``). ``arch`` does not change the code.
     """
     if dtype not in DTYPES or group not in GROUPS_MODES:
         raise ValueError(f"per_token_cast_fp8: unsupported key {dtype!r}, {group!r}")
@@ -94,6 +98,7 @@ def _g128(dtype: str, n: int | None):
         x: T.Tensor((M, N), dtype),
         q: T.Tensor((M, N), FP8),
         scale: T.Tensor((M, G), "float32"),
+        round_sf: T.int32,
     ):
         # Groups on gridDim.x, so consecutive CTAs read neighbouring 256-byte pieces of the
         # same rows (180 us against 198 us with row tiles first, H200, T = 32768, N = 7168).
@@ -109,7 +114,7 @@ def _g128(dtype: str, n: int | None):
             yq = T.alloc_local((vec,), "float32")
             q8 = T.alloc_local((vec,), FP8)
             s = T.alloc_var("float32")
-            r = T.alloc_var("float32")
+            inv = T.alloc_var("float32")
             col = bg * GROUP + (tx % lanes) * vec
             row0 = bm * TILE_ROWS + tx // lanes
             # Load: every vector of this thread before any use (steps loads in flight).
@@ -131,12 +136,12 @@ def _g128(dtype: str, n: int | None):
                     amax[i] = T.max(amax[i], T.shfl_xor(amax[i], lanes >> (k + 1)))
             for i in T.unroll(steps):
                 row = row0 + i * rows_step
-                s = T.ieee_fdiv(T.max(amax[i], AMAX_FLOOR), FP8_MAX)
-                r = reciprocal(T, s)
+                s = scale_of(T, T.max(amax[i], AMAX_FLOOR), FP8_MAX, round_sf)
+                inv = inv_of(T, T.max(amax[i], AMAX_FLOOR), s, FP8_MAX, round_sf)
                 if (tx % lanes == 0) & (row < M):
                     scale[row, bg] = s
                 for v in T.unroll(vec):
-                    yq[v] = quotient(T, T.cast(buf[i * vec + v], "float32"), s, r)
+                    yq[v] = T.ieee_mul(T.cast(buf[i * vec + v], "float32"), inv)
                 # fp32 -> e4m3 in pairs (a vectorised cast: cvt.rn.satfinite on sm_89+).
                 for v in T.vectorized(vec):
                     q8[v] = yq[v]
@@ -166,13 +171,14 @@ def _token(dtype: str):
         x: T.Tensor((M, N), dtype),
         q: T.Tensor((M, N), FP8),
         scale: T.Tensor((M, 1), "float32"),
+        round_sf: T.int32,
     ):
         with T.Kernel(M, threads=TOKEN_THREADS) as row:
             if N % vec == 0:
                 T.assume(N % vec == 0)  # rows start 16-byte aligned: vector access
-                vec_rows(x, q, scale, row)
+                vec_rows(x, q, scale, round_sf, row)
             else:
-                scalar_rows(x, q, scale, row)
+                scalar_rows(x, q, scale, round_sf, row)
 
     return per_token_cast_fp8
 
@@ -184,10 +190,11 @@ def _token_pass(T, N, chunk: int, width):
     """
 
     @T.macro
-    def quantise_row(x, q, scale, row):
+    def quantise_row(x, q, scale, round_sf, row):
         buf = T.alloc_fragment((chunk,), "float32")
         amax = T.alloc_fragment((1,), "float32")
-        rcp = T.alloc_fragment((1,), "float32")
+        sc = T.alloc_fragment((1,), "float32")
+        inv = T.alloc_fragment((1,), "float32")
         # Pass 1: per-thread |x| maxima, then one block all-reduce.
         T.clear(buf)
         for c in T.serial(T.ceildiv(N, chunk)):
@@ -195,14 +202,14 @@ def _token_pass(T, N, chunk: int, width):
                 if c * chunk + j < N:
                     buf[j] = T.max(buf[j], T.abs(T.cast(x[row, c * chunk + j], "float32")))
         T.reduce_max(buf, amax, dim=0)
-        amax[0] = T.ieee_fdiv(T.max(amax[0], AMAX_FLOOR), FP8_MAX)
-        rcp[0] = reciprocal(T, amax[0])
-        scale[row, 0] = amax[0]
+        sc[0] = scale_of(T, T.max(amax[0], AMAX_FLOOR), FP8_MAX, round_sf)
+        inv[0] = inv_of(T, T.max(amax[0], AMAX_FLOOR), sc[0], FP8_MAX, round_sf)
+        scale[row, 0] = sc[0]
         # Pass 2: re-read the row (L1/L2 hit), quantise into buf, then cast and store.
         for c in T.serial(T.ceildiv(N, chunk)):
             for j in T.Parallel(chunk, coalesced_width=width):
                 v = T.if_then_else(c * chunk + j < N, x[row, c * chunk + j], 0)
-                buf[j] = quotient(T, T.cast(v, "float32"), amax[0], rcp[0])
+                buf[j] = T.ieee_mul(T.cast(v, "float32"), inv[0])
             for j in T.Parallel(chunk, coalesced_width=width):
                 if c * chunk + j < N:
                     q[row, c * chunk + j] = buf[j]
@@ -210,18 +217,19 @@ def _token_pass(T, N, chunk: int, width):
     return quantise_row
 
 
-def reference(x, group_size: int | None = GROUP):
-    """torch reference, bit-exact: ``group_size=None`` means one group per row (token)."""
+def reference(x, group_size: int | None = GROUP, round_sf: bool = False):
+    """torch reference, bit-exact for finite x: ``group_size=None`` means one group per row
+    (token); ``round_sf``: the power-of-two scales (the kernel's scalar). TileKernels'
+    ``tile_kernels.torch.cast(x, "e4m3", (1, group_size), round_sf=round_sf)`` computes the
+    same bytes (tests/test_parity_quant.py)."""
     import torch
 
     m, n = x.shape
     gs = n if group_size is None else group_size
     xg = x.float().reshape(m, n // gs, gs)
     amax = xg.abs().amax(dim=-1, keepdim=True).clamp(min=AMAX_FLOOR)
-    # A tensor divisor on purpose: torch turns division by a Python scalar into multiplication
-    # by its reciprocal on CUDA, which is off by one ulp for some amax; the kernel divides.
-    scale = amax / torch.full_like(amax, FP8_MAX)
-    q = (xg / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    scale, inv = reference_scale_and_inv(amax, FP8_MAX, round_sf)
+    q = (xg * inv).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q.reshape(m, n), scale.reshape(m, n // gs)
 
 
@@ -241,5 +249,6 @@ SPEC = KernelSpec(
     reference=reference,
     supports=_supports,
     constraints=_constraints,
-    doc="q, scale = e4m3fn(x / scale), max|x|/448 per 128-column group (g128) or per row.",
+    doc="q, scale = e4m3fn(x * RN(448/amax)), amax/448 (or its power-of-two ceiling) per"
+    " 128-column group (g128) or per row, as TileKernels' per_token_cast.",
 )

@@ -29,14 +29,15 @@ def cast_back_fp4(
     nibble of byte ``j // 2`` for even ``j``, the high nibble for odd ``j``; bits 0-2 index
     (0, 0.5, 1, 1.5, 2, 3, 4, 6), bit 3 is the sign. Every product is exact in float32 and
     bfloat16 except where it overflows to inf (UE8M0 ``e = 253`` with ``|value| >= 4``, ``e =
-    254`` with ``|value| >= 2``); a NaN scale (UE8M0 ``e = 255``, E4M3 ``0x7F``/``0xFF``) gives
-    NaN.
+    254`` with ``|value| >= 2``). UE8M0 bytes decode as TileKernels 1.0.0 decodes them (the
+    byte as a float32 exponent field): 0 is ``0.0`` and 255 is ``+inf`` (``0 * inf`` is NaN);
+    an E4M3 NaN scale (``0x7F``/``0xFF``) gives NaN.
 
     Args:
         q: CUDA tensor ``(..., N // 2)``, ``torch.uint8``; contiguous, 16-byte-aligned data
             pointer.
         scale: CUDA tensor ``(..., N // group_size)`` with the leading dims of `q`:
-            ``torch.uint8`` (UE8M0 exponents, ``scale = 2**(e - 127)``) or
+            ``torch.uint8`` (UE8M0 exponents, ``scale = 2**(e - 127)`` for 1..254) or
             ``torch.float8_e4m3fn``; contiguous, aligned, on the device of `q`.
         group_size: 16 or 32, dividing N.
         out_dtype: ``torch.bfloat16`` or ``torch.float32``; None means the dtype of `out` if

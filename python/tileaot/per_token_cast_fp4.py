@@ -32,8 +32,10 @@ def per_token_cast_fp4(
     magnitude:
 
     * ``scale_format="ue8m0"`` (MXFP4): the scale is the smallest power of two with
-      ``amax / scale <= 6``, stored as its biased exponent ``e`` (uint8, ``scale = 2**(e -
-      127)``; an all-zero group gets ``e = 0``).
+      ``amax / scale <= 6`` and at least ``2**-126``, stored as its biased exponent ``e``
+      (uint8, ``scale = 2**(e - 127)``; an all-zero group gets ``e = 1``). Codes and
+      exponents are TileKernels 1.0.0's ``per_token_cast(x, "e2m1", group_size,
+      round_sf=True)``, byte for byte (it stores the same exponent bytes, packed).
     * ``scale_format="e4m3"`` (NVFP4-style): the scale is the smallest positive
       ``torch.float8_e4m3fn`` value with ``6 * scale >= amax`` (all-zero groups: ``2**-9``;
       groups with ``amax > 2688`` get 448 and saturate).

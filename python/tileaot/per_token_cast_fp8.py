@@ -1,4 +1,5 @@
-"""Per-token (or per-128-group) cast to FP8 E4M3 with float32 scales (op "per_token_cast_fp8")."""
+"""Per-token (or per-128-group) cast to FP8 E4M3 with float32 scales (op "per_token_cast_fp8"):
+TileKernels' ``per_token_cast`` to ``"e4m3"`` with row-major float32 scales."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ GROUP = 128  # the one group width built; other widths are per-token only (group
 # Dispatch keys by dtype, spelled once here so the call path does no string work.
 _G128 = {d: d + ",g128" for d in _DTYPES}
 _TOKEN = {d: d + ",token" for d in _DTYPES}
+_ROUND_SF = {False: (0.0,), True: (1.0,)}  # the kernels' runtime scalar round_sf
 # g128: row tiles of 64 rows go on gridDim.y (65535 at most; kernels_py/quant/
 # per_token_cast_fp8.py MAX_ROW_TILES, TILE_ROWS), so a launch covers at most this many rows.
 _ROWS_PER_LAUNCH = 65535 * 64
@@ -25,19 +27,29 @@ def per_token_cast_fp8(
     x: torch.Tensor,
     group_size: int | None = GROUP,
     *,
+    round_sf: bool = False,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantise each row of `x` to FP8 E4M3, one float32 scale per group of columns.
 
-    For each row and each group of `group_size` columns, ``scale ≈ amax(|x_group|) / 448``
-    (448 is the E4M3 maximum) and ``q = x_group / scale`` rounded to ``torch.float8_e4m3fn``,
-    so that ``x ≈ q.float() * scale`` broadcast over the group.
+    TileKernels 1.0.0's ``per_token_cast(x, "e4m3", group_size, round_sf=round_sf)`` (row-major
+    float32 scales), bit for bit. In float32, for each row and group of `group_size` columns::
+
+        amax  = max(max(|x_group|), 1e-4)
+        scale = amax / 448                  (round_sf=True: rounded up to a power of two)
+        q     = e4m3(x_group * (448 / amax))  (round_sf=True: x_group * (1 / scale), exact)
+
+    (448 is the E4M3 maximum; every operation rounds to nearest even, the conversion
+    saturates), so that ``x ≈ q.float() * scale`` broadcast over the group. Non-finite
+    elements give unspecified results.
 
     Args:
         x: CUDA tensor ``[M, N]``, dtype ``torch.bfloat16``, ``torch.float16`` or
             ``torch.float32``; contiguous, with a 16-byte-aligned data pointer.
         group_size: ``128`` (the default): one scale per 128 columns, ``N % 128 == 0`` required.
             ``None`` or ``N``: one scale per row (per token). No other value is built.
+        round_sf: round each scale up to a power of two (``2^ceil(log2(amax / 448))``), as
+            DeepGEMM-style UE8M0 scales need; default False.
         out: optional ``(q, scale)`` to write into instead of allocating, with exactly the
             shapes and dtypes below, on the device of `x`, contiguous, aligned, not overlapping
             `x` or each other.
@@ -49,7 +61,7 @@ def per_token_cast_fp8(
 
     Raises:
         TypeError: `x` or `out` is not a tensor / pair of tensors, or has an unsupported dtype;
-            `group_size` is not an int or None.
+            `group_size` is not an int or None; `round_sf` is not a bool.
         ValueError: `x` is not 2-D; `group_size` is unsupported, or 128 with ``N % 128 != 0``; a
             tensor is not on a CUDA device (the same one), not contiguous or not 16-byte
             aligned; a dimension or element count reaches 2**31; `out` has a wrong shape or
@@ -72,6 +84,7 @@ def per_token_cast_fp8(
     if (
         type(x) is _arrays.Tensor
         and (group_size is None or type(group_size) is int)
+        and type(round_sf) is bool
         and _arrays.plain_pair(out, 2)
         and x.dim() == 2
         and x.shape[0] <= _ROWS_PER_LAUNCH
@@ -84,7 +97,7 @@ def per_token_cast_fp8(
                 x.new_empty(m, n, dtype=torch.float8_e4m3fn),
                 x.new_empty(m, n // GROUP if group_size else 1, dtype=torch.float32),
             )
-        if _lib.fast((_OP, x.dtype, group_size), (x, *pair), (), _WRITES_Q_SCALE):
+        if _lib.fast((_OP, x.dtype, group_size), (x, *pair), _ROUND_SF[round_sf], _WRITES_Q_SCALE):
             return pair
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(per_token_cast_fp8, locals())
@@ -95,6 +108,8 @@ def per_token_cast_fp8(
     m, n = x.shape
     if type(group_size) is not int and group_size is not None:
         group_size = _validate.optional_int("group_size", group_size)
+    if type(round_sf) is not bool:
+        raise TypeError(f"round_sf must be True or False; got {type(round_sf).__name__}")
     if group_size == GROUP:
         if n % GROUP:
             raise ValueError(
@@ -139,7 +154,7 @@ def per_token_cast_fp8(
             stream,
             (x_ptr + r0 * row_bytes, q_ptr + r0 * n, s_ptr + r0 * groups * 4),
             (rows, n, rows, n, rows, groups),
-            (),
+            _ROUND_SF[round_sf],
         )
     if type(x) is _arrays.Tensor and m <= step and group_size in (GROUP, None):
         # One launch over exactly (x, q, scale): what the short path passes for this key.

@@ -1,5 +1,6 @@
 """SwiGLU + optional routing weight + per-128-group FP8 E4M3 cast in one kernel
-(op "swiglu_per_token_cast_fp8")."""
+(op "swiglu_per_token_cast_fp8"): TileKernels' ``swiglu_forward_and_per_token_cast`` to
+``"e4m3"`` with 128-column groups, per-row weights and row-major float32 scales."""
 
 from __future__ import annotations
 
@@ -29,27 +30,28 @@ def swiglu_per_token_cast_fp8(
     weights: torch.Tensor | None = None,
     clamp: float | None = None,
     *,
+    round_sf: bool = False,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SwiGLU of packed gate/up rows, times a per-row weight, quantised to FP8 E4M3.
 
-    The MoE expert activation feeding an FP8 down projection. With ``H = x.shape[1] // 2``,
-    gate ``g = x[:, :H]``, up ``u = x[:, H:]`` (float32 math throughout)::
+    The MoE expert activation feeding an FP8 down projection: TileKernels 1.0.0's
+    ``swiglu_forward_and_per_token_cast(x, "e4m3", 128, swiglu_clamp_value=clamp,
+    round_sf=round_sf)`` with one weight per row, bit for bit. With ``H = x.shape[1] // 2``,
+    gate ``g = x[:, :H]``, up ``u = x[:, H:]`` (float32 math throughout, every operation
+    rounded to nearest even)::
 
         if clamp is not None:                          # DeepSeek-V3 swiglu_limit
             g = min(g, clamp);  u = min(max(u, -clamp), clamp)
-        a     = silu(g) * u * weights[:, None]         # silu(g) = g / (1 + exp(-g))
+        a     = g / (1 + exp(-g)) * u * weights[:, None]
         amax  = max(max |a| over each group of 128 columns, 1e-4)
-        scale = amax / 448                             # one float32 per group
-        q     = float8_e4m3fn(a / scale)               # round to nearest even, saturating
+        scale = amax / 448                  # one float32 per group (round_sf: rounded up
+                                            # to a power of two)
+        q     = float8_e4m3fn(a * (448 / amax))   # round_sf: a * (1 / scale); saturating
 
     so that ``a ≈ q.float() * scale`` broadcast over each group; the activation is never
-    rounded to bf16. x is read once, q and scale written once.
-
-    Precision: silu uses the GPU's fast ``exp`` and reciprocal; `a` is within a few float32
-    ulps of the exact-math value, so against a float32 torch computation of the formula the
-    scales agree to ~1e-6 relative and a few e4m3 codes in 10^5 (those next to a rounding
-    midpoint) may be one step apart. Given `a`, the scale and the division are IEEE-exact.
+    rounded to bf16. ``exp`` is the accurate one torch uses on CUDA, so torch evaluating these
+    formulas on the GPU gives the same bytes. x is read once, q and scale written once.
 
     Args:
         x: CUDA tensor ``[M, 2H]``, dtype ``torch.bfloat16``, ``H % 128 == 0``; contiguous,
@@ -59,6 +61,7 @@ def swiglu_per_token_cast_fp8(
         clamp: optional limit, a float in [2**-126, 3.4e38] (used as float32): the gate is
             capped at ``clamp`` and the up projection clamped to ``[-clamp, clamp]`` before
             the activation. None: no clamp.
+        round_sf: power-of-two scales (``2^ceil(log2(amax / 448))``); default False.
         out: optional ``(q, scale)`` to write into instead of allocating, with exactly the
             shapes and dtypes below, on the device of `x`, contiguous, aligned, not
             overlapping `x`, `weights` or each other.
@@ -69,7 +72,7 @@ def swiglu_per_token_cast_fp8(
 
     Raises:
         TypeError: `x`, `weights` or `out` is not a tensor / a pair of tensors or has the
-            wrong dtype; `clamp` is not a real number.
+            wrong dtype; `clamp` is not a real number; `round_sf` is not a bool.
         ValueError: `x` is not 2-D, has an odd number of columns or ``H % 128 != 0``;
             `weights` is not ``[M]``; `clamp` is not finite or not > 0; a tensor is not on a
             CUDA device (the same one), not contiguous or not 16-byte aligned; a dimension or
@@ -93,6 +96,7 @@ def swiglu_per_token_cast_fp8(
         type(x) is _arrays.Tensor
         and type(weights) is _arrays.Tensor
         and (clamp is None or type(clamp) is float and _CLAMP_MIN <= clamp <= _FLT_MAX)
+        and type(round_sf) is bool
         and x.dim() == 2
         and weights.dim() == 1
         and _arrays.plain_pair(out, 2)
@@ -106,7 +110,8 @@ def swiglu_per_token_cast_fp8(
                 x.new_empty(m, h // GROUP, dtype=torch.float32),
             )
         limit = _INF if clamp is None else clamp
-        if _lib.fast(_FAST_KEY, (x, weights, *pair), (limit, 1.0), _WRITES_Q_SCALE):
+        scalars = (limit, 1.0, 1.0 if round_sf else 0.0)
+        if _lib.fast(_FAST_KEY, (x, weights, *pair), scalars, _WRITES_Q_SCALE):
             return pair
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(swiglu_per_token_cast_fp8, locals())
@@ -114,6 +119,8 @@ def swiglu_per_token_cast_fp8(
     _validate.dtype_key("x", x, (_KEY,))
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D [M, 2H]; got shape {tuple(x.shape)}")
+    if type(round_sf) is not bool:
+        raise TypeError(f"round_sf must be True or False; got {type(round_sf).__name__}")
     m, n2 = x.shape
     h = n2 // 2
     if n2 % (2 * GROUP):
@@ -157,7 +164,7 @@ def swiglu_per_token_cast_fp8(
         _lib.current_stream(device),
         (x.data_ptr(), w_ptr, q.data_ptr(), scale.data_ptr()),
         (m, n2, m, m, h, m, groups),
-        (limit, 0.0 if weights is None else 1.0),
+        (limit, 0.0 if weights is None else 1.0, 1.0 if round_sf else 0.0),
     )
     if type(x) is _arrays.Tensor and weights is not None:  # launched (x, weights, q, scale)
         _lib.learn(_FAST_KEY, handle)

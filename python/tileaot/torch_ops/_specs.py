@@ -109,7 +109,7 @@ def _quantised(x: torch.Tensor, q_shape, scale_shape, scale_dtype=torch.float32)
     return x.new_empty(q_shape, dtype=FP8), x.new_empty(scale_shape, dtype=scale_dtype)
 
 
-def _per_token_cast_fp8(x, group_size):
+def _per_token_cast_fp8(x, group_size, round_sf):
     m, n = x.shape
     groups = n // TOKEN_GROUP if group_size == TOKEN_GROUP else 1
     return _quantised(x, (m, n), (m, groups))
@@ -122,7 +122,7 @@ def _per_token_cast_fp4(x, group_size, scale_format):
     return q, x.new_empty((*rows, n // group_size), dtype=scale_dtype)
 
 
-def _per_block_cast_fp8(x):
+def _per_block_cast_fp8(x, round_sf):
     m, n = x.shape
     return _quantised(x, (m, n), ((m + BLOCK - 1) // BLOCK, (n + BLOCK - 1) // BLOCK))
 
@@ -139,7 +139,7 @@ def _topk_gate(scores, k, scoring, renormalize):
     return scores.new_empty(t, k, dtype=torch.int32), scores.new_empty(t, k)
 
 
-def _swiglu_per_token_cast_fp8(x, weights, clamp):
+def _swiglu_per_token_cast_fp8(x, weights, clamp, round_sf):
     m, h = x.shape[0], x.shape[1] // 2
     return _quantised(x, (m, h), (m, h // SWIGLU_GROUP))
 
@@ -179,7 +179,10 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(rms_norm),
     _from_schema(gemm),
     OpSpec(
-        per_token_cast_fp8, "Tensor x, int? group_size=128", ("q", "scale"), _per_token_cast_fp8
+        per_token_cast_fp8,
+        "Tensor x, int? group_size=128, bool round_sf=False",
+        ("q", "scale"),
+        _per_token_cast_fp8,
     ),
     OpSpec(
         per_token_cast_fp4,
@@ -187,7 +190,9 @@ SPECS: tuple[OpSpec, ...] = (
         ("q", "scale"),
         _per_token_cast_fp4,
     ),
-    OpSpec(per_block_cast_fp8, "Tensor x", ("q", "scale"), _per_block_cast_fp8),
+    OpSpec(
+        per_block_cast_fp8, "Tensor x, bool round_sf=False", ("q", "scale"), _per_block_cast_fp8
+    ),
     OpSpec(
         cast_back,
         "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
@@ -204,7 +209,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(swiglu),
     OpSpec(
         swiglu_per_token_cast_fp8,
-        "Tensor x, Tensor? weights=None, float? clamp=None",
+        "Tensor x, Tensor? weights=None, float? clamp=None, bool round_sf=False",
         ("q", "scale"),
         _swiglu_per_token_cast_fp8,
     ),
