@@ -170,7 +170,7 @@ def test_routing_defaults_follow_the_config_classes():
 @pytest.mark.parametrize(
     "change, gap",
     [
-        ({"num_experts_per_tok": 32}, "topk_gate takes k <= 16"),
+        ({"num_experts_per_tok": 33}, "topk_gate takes k <= 32"),
         ({"n_routed_experts": 1024}, "E <= 512"),
         ({"n_group": 8, "topk_group": 4}, "group-limited top-k (n_group = 8, topk_group = 4)"),
         ({"scoring_func": "sigmoid", "topk_method": "noaux_tc"}, "a correction bias"),

@@ -16,7 +16,7 @@ from its transformers config class's defaults (`model_type`):
 - routing: `scoring_func` (DeepseekV3Config and Glm4MoeConfig write none and both models use
   sigmoid), a correction bias on the selection (`topk_method = "noaux_tc"`; always in DeepSeek-V3,
   Kimi-K2 and GLM-4.5), group-limited top-k (`n_group`/`topk_group`), PhiMoE's sparsemixer, and
-  topk_gate's limits (k <= 16, E <= 512);
+  topk_gate's limits (k <= 32, E <= 512);
 - the activation (`hidden_act`/`hidden_activation`: SiLU -> SwiGLU; GELU -> GeGLU; gpt-oss's
   clamped SwiGLU), the norm (RMSNorm; Gemma's and Qwen3-Next's (1 + weight) RMSNorm; PhiMoE's
   LayerNorm), per-head q_norm/k_norm (Qwen3, Qwen3-Next, Gemma 3, GLM-4.5 `use_qk_norm`),
@@ -47,7 +47,7 @@ MOE_ALIGNMENT = 16  # moe_expand's default row alignment per expert
 _CHUNK = 1024  # moe_expand's counting chunk (python/tileaot/moe_expand.py)
 # The ops' limits (kernels_py/moe/topk_gate.py MAX_K, MAX_E; kernels_py/moe/moe_expand.py E_MAX;
 # tests/test_model_zoo.py holds them to the kernels').
-TOPK_MAX_K, TOPK_MAX_E, EXPAND_MAX_E = 16, 512, 1024
+TOPK_MAX_K, TOPK_MAX_E, EXPAND_MAX_E = 32, 512, 1024
 _DTYPES = {
     "bfloat16": "bf16",
     "bf16": "bf16",
