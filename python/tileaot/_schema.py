@@ -255,7 +255,8 @@ class OpSchema:
         fixed = spec.dims[1:] if spec.lead else spec.dims
         if len(shape) < len(fixed) if spec.lead else len(shape) != len(fixed):
             got = "a 0-d tensor" if not shape else f"shape {shape}"
-            raise ValueError(f"{spec.api} must have shape {spec.pattern()}; got {got}")
+            # The sizes other tensors bound are filled in: "weight must have shape (64,)".
+            raise ValueError(f"{spec.api} must have shape {self._expected(spec, dims)}; got {got}")
         tail = shape[len(shape) - len(fixed) :]
         before = dict(dims)  # what other tensors bound: the sizes a message may fill in
         if spec.lead:
