@@ -27,13 +27,17 @@ endfunction()
 # when kernels_py/ or build_tools/ change; traces and cubins come from the build cache
 # ($TILEAOT_CACHE_DIR, else ~/.cache/tileaot) when their inputs are unchanged.
 function(tileaot_generate)
-  cmake_parse_arguments(ARG "" "GEN;ARCHS;OPS" "" ${ARGN})
+  cmake_parse_arguments(ARG "" "GEN;ARCHS;OPS;PTX" "" ${ARGN})
   set(src "${CMAKE_CURRENT_SOURCE_DIR}")
-  message(STATUS "tileaot: generating ${ARG_GEN} (archs ${ARG_ARCHS}, ops ${ARG_OPS})")
+  if(NOT ARG_PTX)
+    set(ARG_PTX "auto")
+  endif()
+  message(STATUS "tileaot: generating ${ARG_GEN} (archs ${ARG_ARCHS}, ops ${ARG_OPS}, "
+                 "PTX of ${ARG_PTX})")
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -E env "TILELANG_CACHE_DIR=${CMAKE_BINARY_DIR}/tilelang-cache"
             "${Python_EXECUTABLE}" -m build_tools generate
-            --out "${ARG_GEN}" --archs "${ARG_ARCHS}" --ops "${ARG_OPS}"
+            --out "${ARG_GEN}" --archs "${ARG_ARCHS}" --ops "${ARG_OPS}" --ptx "${ARG_PTX}"
     WORKING_DIRECTORY "${src}"
     RESULT_VARIABLE rc
     OUTPUT_VARIABLE out ERROR_VARIABLE out ECHO_OUTPUT_VARIABLE ECHO_ERROR_VARIABLE)

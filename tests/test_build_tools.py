@@ -100,10 +100,17 @@ def test_identical_sources_compile_once(gen_pair):
     manifest = json.loads((gen / "manifest.json").read_text())
     cubins = manifest["cubins"]
     # toy_scale lowers identically for sm_80 and sm_86: one sm_80 cubin serves both.
+    # With sm_80 built, its sources are also embedded as compute_80 PTX (the forward path).
     scale = [c for c in cubins if "toy_scale_bf16_any" in c["source"]]
-    assert sorted(c["arch"] for c in scale) == ["sm_80", "sm_90a"]
+    assert sorted(c["arch"] for c in scale) == ["compute_80", "sm_80", "sm_90a"]
+    assert manifest["ptx"] == ["compute_80"]
     rows = {(v["name"], v["arch"]): v for v in manifest["variants"]}
     assert rows[("toy_scale_bf16_any", "sm_86")]["blob_arch"] == "sm_80"
+    ptx = rows[("toy_scale_bf16_any", "compute_80")]
+    assert ptx["blob_arch"] == "compute_80" and cubins[ptx["blob"]]["cubin"].endswith(".ptx")
+    # PTX rows come last in their group: the runtime ranks them below every SASS row.
+    archs = [v["arch"] for v in manifest["variants"] if v["name"] == "toy_scale_bf16_any"]
+    assert archs == ["sm_90a", "sm_86", "sm_80", "compute_80"]
     assert len({c["source"] for c in cubins}) == len(list((gen / "src").glob("*.cu")))
 
 
