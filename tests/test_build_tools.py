@@ -44,8 +44,11 @@ def test_every_default_arch_has_every_generic_variant_or_a_documented_gap():
 
 def test_filters():
     assert parse_archs("90a;sm_80,70") == ("sm_70", "sm_80", "sm_90a")
-    with pytest.raises(ValueError, match="unknown arch"):
+    assert parse_archs("9.0;B300,sm_120f") == ("sm_90a", "sm_100f", "sm_120f")
+    with pytest.raises(ValueError, match="no tileaot target runs on '91'"):
         parse_archs("91")
+    with pytest.raises(ValueError, match="unknown arch 'sm_91x' in --archs"):
+        parse_archs("sm_91x")
     points = enumerate_variants(all_specs(), ("sm_90a",), parse_ops("rms_norm_bf16*"))
     assert points and all(p.name.startswith("rms_norm_bf16") for p in points)
 
