@@ -107,11 +107,9 @@ bool any_row_runs_on(const Group& g, int major, int minor, const PtxPolicy& poli
   return false;
 }
 
-// Compute capabilities no SASS target of tileaot serves (python/tileaot/_arch.py BUILDABLE):
-// only PTX runs there.
-bool no_sass_target_for(int major) {
-  return major != 7 && major != 8 && major != 9 && major != 10 && major != 12;
-}
+// Compute capabilities of 8.0 or newer that no SASS target of tileaot serves
+// (python/tileaot/_arch.py BUILDABLE: majors 7, 8, 9, 10, 12): only PTX runs there.
+bool no_sass_target_for(int major) { return major == 11 || major >= 13; }
 
 std::string no_arch_reason(const Group& g, int major, int minor, const PtxPolicy& policy) {
   const std::string sm = arch_name(major, minor);
