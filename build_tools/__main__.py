@@ -1,5 +1,5 @@
 """CLI: python -m build_tools {generate,compile,compile-all,list,config,wheel,sdist,audit-wheel,
-                              merge,report,pack,hip,watch}
+                              merge,report,pack,archs,hip,watch}
 
 generate needs tilelang + torch (CPU); compile needs only NVRTC (or nvcc) and the headers.
 """
@@ -23,6 +23,12 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     gen.add_argument("--specs", default="kernels_py", help="module whose all_specs() to build")
     gen.add_argument("--config", help="bring-your-shapes TOML (see build_tools/userconfig.py)")
+    gen.add_argument(
+        "--ptx",
+        default=os.environ.get("TILEAOT_PTX_ARCHS", "auto"),
+        help="archs whose traced sources are also embedded as PTX: auto (80 when sm_80 is "
+        "built: the forward path), off, or a list such as 70,75,80 (the PTX test mode)",
+    )
     gen.add_argument("--shard", help="INDEX/COUNT: trace only this slice (then `merge`)")
     lst = sub.add_parser("list", help="print the variants a config selects (no tracing)")
     lst.add_argument("--archs", default=",".join(DEFAULT_ARCHS))
@@ -44,6 +50,7 @@ _MODULE_COMMANDS = {
     "merge": ("build_tools.merge", "merge the gen folders of `generate --shard i/n` into one"),
     "report": ("build_tools.report", "write GEN/report.{md,json}; check the size budget"),
     "pack": ("build_tools.blob", "pack a cubin into the (zlib-compressed) blob libtileaot embeds"),
+    "archs": ("build_tools.archs", "canonical form of an arch list (90, 9.0, H100 -> 90a)"),
     "hip": ("build_tools.hip", "HIP sources + manifest for gfx90a/gfx942 (docs/HIP.md)"),
     "watch": ("build_tools.watch", "print a build's progress while pip hides it (build_wheel.sh)"),
 }
@@ -90,6 +97,13 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         _apply_config_option(args)
+        from build_tools.matrix import parse_archs
+
+        args.archs = ",".join(parse_archs(args.archs, "--archs"))
+        if args.command == "generate" and args.ptx != "auto":
+            from build_tools.archs import parse_ptx_archs
+
+            parse_ptx_archs(args.ptx, "--ptx")
     except ValueError as e:  # userconfig.ConfigError: names the file, key and allowed values
         print(f"error: {e}", file=sys.stderr)
         return 2

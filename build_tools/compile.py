@@ -70,11 +70,31 @@ class CompileError(RuntimeError):
 
 
 def normalize_arch(arch: str) -> str:
-    """'90a', 'sm_90a', 'SM90A', 'compute_90a' -> 'sm_90a'."""
-    m = re.fullmatch(r"(?:sm_?|compute_?)?(\d{2,3})([af]?)", arch.strip().lower())
+    """'90a', 'sm_90a', 'SM90A' -> 'sm_90a'; 'compute_80' (PTX, no suffix) stays as it is."""
+    text = arch.strip().lower()
+    m = re.fullmatch(r"compute_?(\d{2,3})", text)
+    if m:
+        return f"compute_{m.group(1)}"
+    m = re.fullmatch(r"(?:sm_?)?(\d{2,3})([af]?)", text)
     if not m:
-        raise ValueError(f"bad CUDA arch {arch!r}: expected e.g. sm_80, 90a, sm_100a")
+        raise ValueError(f"bad CUDA arch {arch!r}: expected e.g. sm_80, 90a, sm_100f, compute_80")
     return f"sm_{m.group(1)}{m.group(2)}"
+
+
+def is_ptx(arch: str) -> bool:
+    """A compute_XX arch: the compiler emits PTX (text), which the driver JIT-compiles."""
+    return arch.startswith("compute_")
+
+
+def check_ptx(data: bytes, arch: str) -> None:
+    """PTX of `arch` (compute_80) names `.target sm_80` and is NUL-terminated (what
+    cuModuleLoadData needs); CompileError otherwise."""
+    want = f".target sm_{arch.removeprefix('compute_')}"
+    text = data.rstrip(b"\0").decode(errors="replace")
+    target = re.search(r"^\s*\.target\s+(\S+)", text, re.MULTILINE)
+    if not data.endswith(b"\0") or target is None or f".target {target.group(1)}" != want:
+        got = target.group(0).strip() if target else "no .target"
+        raise CompileError(f"expected PTX with {want!r} (NUL-terminated), got {got!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,7 +323,7 @@ def _include_options(tc: Toolchain, include_dirs: list[str]) -> list[str]:
 def nvrtc_options(tc: Toolchain, arch: str, include_dirs: list[str]) -> list[str]:
     return [
         "-default-device",  # TileLang's sources mark only kernels; helpers are device code
-        f"--gpu-architecture={arch}",  # sm_XX: NVRTC emits SASS (a cubin), not PTX
+        f"--gpu-architecture={arch}",  # sm_XX: SASS (a cubin); compute_XX: PTX
         "-std=c++17",
         *_include_options(tc, include_dirs),
         f"-D__CUDACC_VER_MAJOR__={tc.version[0]}",  # tl_templates branch on it
@@ -313,10 +333,10 @@ def nvrtc_options(tc: Toolchain, arch: str, include_dirs: list[str]) -> list[str
 def nvcc_command(
     tc: Toolchain, src: str, arch: str, out: str, include_dirs: list[str]
 ) -> list[str]:
-    num = arch[3:]
+    num = arch.split("_")[1]
     return [
         tc.path,
-        "--cubin",
+        "--ptx" if is_ptx(arch) else "--cubin",
         "-O3",
         "-std=c++17",
         # explicit gencode: `-arch=sm_90a` alone may route through compute_90 (libgen.py note)
@@ -344,7 +364,9 @@ def prepare_source(code: str, kind: str = "nvrtc", name: str = "") -> str:
     return prelude + line + code
 
 
-def _nvrtc_compile(tc: Toolchain, code: str, name: str, options: list[str]) -> bytes:
+def _nvrtc_compile(
+    tc: Toolchain, code: str, name: str, options: list[str], ptx: bool = False
+) -> bytes:
     lib = _load_nvrtc(tc.path)
     prog = ctypes.c_void_p()
 
@@ -368,17 +390,18 @@ def _nvrtc_compile(tc: Toolchain, code: str, name: str, options: list[str]) -> b
                 f"{lib.nvrtcGetErrorString(rc).decode()}\n{log.value.decode(errors='replace')}"
             )
         size = ctypes.c_size_t()
-        check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
+        what = "PTX" if ptx else "CUBIN"
+        check(getattr(lib, f"nvrtcGet{what}Size")(prog, ctypes.byref(size)), f"nvrtcGet{what}Size")
         buf = ctypes.create_string_buffer(size.value)
-        check(lib.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
-        return buf.raw
+        check(getattr(lib, f"nvrtcGet{what}")(prog, buf), f"nvrtcGet{what}")
+        return buf.raw  # PTX: its size counts the terminating NUL, kept for cuModuleLoadData
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
 def _nvcc_compile(tc: Toolchain, code: str, name: str, arch: str, include_dirs: list[str]) -> bytes:
     with tempfile.TemporaryDirectory(prefix="tileaot-nvcc-") as tmp:
-        src, out = os.path.join(tmp, name), os.path.join(tmp, "out.cubin")
+        src, out = os.path.join(tmp, name), os.path.join(tmp, "out.bin")
         Path(src).write_text(code)
         cmd = nvcc_command(tc, src, arch, out, include_dirs)
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -456,25 +479,31 @@ def compile_source(
     flags = _compile_flags(tc, src.name, arch, dirs)
     key = digest(code, src.name, arch, compiler_identity(tc), *flags)
     cache = cache if cache is not None else Cache()
-    cubin = cache.get_bytes("cubin", key, ".cubin")
+    ext = ".ptx" if is_ptx(arch) else ".cubin"
+    cubin = cache.get_bytes("cubin", key, ext)
     cached = cubin is not None
     try:
         if cubin is None and tc.kind == "nvrtc":
-            cubin = _nvrtc_compile(tc, code, src.name, flags)
+            cubin = _nvrtc_compile(tc, code, src.name, flags, ptx=is_ptx(arch))
         elif cubin is None:
             cubin = _nvcc_compile(tc, code, src.name, arch, dirs)
+            cubin += b"\0" if is_ptx(arch) else b""
     except CompileError as e:
         raise CompileError(
             f"compiling {src} for {arch} with {tc.describe()} failed:\n{e}"
         ) from None
-    got = cubin_arch(cubin)
-    if got != arch.rstrip("f"):  # family ("f") targets are not marked in the ELF
+    if is_ptx(arch):
+        try:
+            check_ptx(cubin, arch)
+        except CompileError as e:
+            raise CompileError(f"compiling {src} for {arch} with {tc.describe()}: {e}") from None
+    elif (got := cubin_arch(cubin)) != arch.rstrip("f"):  # "f" targets are not marked in the ELF
         raise CompileError(
             f"compiling {src} for {arch} with {tc.describe()} produced a cubin "
             f"for {got} (ELF e_flags); refusing to ship it"
         )
     if not cached:
-        cache.put_bytes("cubin", key, ".cubin", cubin)
+        cache.put_bytes("cubin", key, ext, cubin)
     write_if_different(out, cubin)
     write_compile_stats(out, time.monotonic() - t0, cached, tc, cubin)
     return cached

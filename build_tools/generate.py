@@ -26,46 +26,78 @@ from build_tools.tracing import trace_all
 GEN_FORMAT = 1
 
 
-def arch_parts(arch: str) -> tuple[int, int, bool]:
-    """'sm_90a' → (9, 0, True); 'sm_86' → (8, 6, False)."""
-    digits = arch[3:].rstrip("a")
-    return int(digits[:-1]), int(digits[-1]), arch.endswith("a")
+def arch_parts(arch: str) -> tuple[int, int, str]:
+    """'sm_90a' → (9, 0, "a"); 'sm_100f' → (10, 0, "f"); 'sm_86' → (8, 6, "");
+    'compute_80' (PTX) → (8, 0, "ptx")."""
+    if arch.startswith("compute_"):
+        digits, kind = arch.removeprefix("compute_"), "ptx"
+    else:
+        digits = arch[3:].rstrip("af")
+        kind = arch[3 + len(digits) :]
+    return int(digits[:-1]), int(digits[-1]), kind
 
 
-def _compile_units(points, traced):
-    """Group identical sources: one cubin per (source, SASS family); 'a' archs stand alone.
+def ptx_arch(arch: str) -> str:
+    """The PTX target for the source traced for `arch`: 'sm_80' → 'compute_80'."""
+    return "compute_" + arch[3:].rstrip("af")
 
-    Returns (units: {(hash, compile_arch): info}, arch_unit: {(variant, arch): (hash, c_arch)}).
+
+def default_ptx(archs) -> tuple[str, ...]:
+    """The forward path: PTX of the sm_80-traced sources (no TMA, no wgmma) when sm_80 is
+    built; a build without sm_80 embeds no PTX unless asked (--ptx)."""
+    return ("sm_80",) if "sm_80" in archs else ()
+
+
+def _order(arch: str) -> int:
+    """Table order: SASS targets newest first (ARCH_ORDER), then PTX, newest first."""
+    if arch.startswith("compute_"):
+        return -int(arch.removeprefix("compute_"))
+    return -1000 - ARCH_ORDER[arch]
+
+
+def _compile_units(points, traced, ptx=()):
+    """Group identical sources: one cubin per (source, SASS major) for plain targets; "a" and
+    "f" targets stand alone (their SASS may use what the plain one cannot); one PTX file per
+    source traced for a `ptx` arch (compute_80 for sm_80's).
+
+    Returns (units: {(hash, compile_arch): info}, arch_unit: {(variant, arch): (hash, c_arch)}),
+    arch being the row's ("sm_80", or "compute_80" for a PTX row).
     """
     groups: dict[tuple, list[str]] = {}
     for p in points:
         for arch in p.archs:
             source = traced[(p.name, arch)][1]["source"]
             digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-            major, _, specific = arch_parts(arch)
-            family = (digest, arch if specific else major)
+            major, _, kind = arch_parts(arch)
+            family = (digest, arch if kind else major)
             groups.setdefault(family, []).append((p.name, arch, source))
+            if arch in ptx:
+                groups.setdefault((digest, ptx_arch(arch)), []).append(
+                    (p.name, ptx_arch(arch), source)
+                )
     units, arch_unit = {}, {}
     for (digest, _), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        compile_arch = min((a for _, a, _ in members), key=ARCH_ORDER.__getitem__)
+        compile_arch = min((a for _, a, _ in members), key=lambda a: -_order(a))
         name = members[0][0]
+        ext = "ptx" if compile_arch.startswith("compute_") else "cubin"
         units[(digest, compile_arch)] = {
             "source": f"src/{name}.{digest}.cu",
             "text": members[0][2],
             "arch": compile_arch,
-            "cubin": f"cubin/{name}.{digest}.{compile_arch}.cubin",
+            "cubin": f"{ext}/{name}.{digest}.{compile_arch}.{ext}",
         }
         for variant, arch, _ in members:
             arch_unit[(variant, arch)] = (digest, compile_arch)
     return units, arch_unit
 
 
-def _rows(points, traced, arch_unit, blob_index):
+def _rows(points, traced, arch_unit, blob_index, ptx=()):
     rows = []
     for p in points:
-        for arch in p.archs:
-            sig, lowered = traced[(p.name, arch)]
-            major, minor, specific = arch_parts(arch)
+        row_archs = [(a, a) for a in p.archs] + [(ptx_arch(a), a) for a in p.archs if a in ptx]
+        for arch, traced_arch in row_archs:
+            sig, lowered = traced[(p.name, traced_arch)]
+            major, minor, kind = arch_parts(arch)
             rows.append(
                 {
                     "name": p.name,
@@ -77,7 +109,7 @@ def _rows(points, traced, arch_unit, blob_index):
                     "arch": arch,
                     "major": major,
                     "minor": minor,
-                    "specific": specific,
+                    "kind": kind,
                     "blob": blob_index[arch_unit[(p.name, arch)]],
                     "signature": sig,
                     "signature_text": sig["text"],
@@ -86,8 +118,9 @@ def _rows(points, traced, arch_unit, blob_index):
                     "generic": p.generic,
                 }
             )
-    # op, key, specialised before generic, then newest arch first: the runtime's search order.
-    rows.sort(key=lambda r: (r["op"], r["key"], r["generic"], r["name"], -ARCH_ORDER[r["arch"]]))
+    # op, key, specialised before generic, then newest arch first (PTX after SASS): the
+    # runtime's search order.
+    rows.sort(key=lambda r: (r["op"], r["key"], r["generic"], r["name"], _order(r["arch"])))
     return rows
 
 
@@ -99,6 +132,7 @@ def generate(
     jobs: int,
     shard: tuple[int, int] | None = None,
     cache: Cache | None = None,
+    ptx: tuple[str, ...] | None = None,
 ) -> dict:
     """Trace the matrix (or shard i of n of it) and write the gen folder `out`."""
     from build_tools.schema_check import check_all as check_schemas  # noqa: I001 - lazy, as shard
@@ -116,19 +150,28 @@ def generate(
         write_shard_data(out, shard, module, archs, ops, points, traced)
     else:  # a whole matrix now: what `merge` would read from here is stale
         shutil.rmtree(out / "shard", ignore_errors=True)
-    return write_gen(out, points, traced, archs, ops, version("tilelang"))
+    return write_gen(out, points, traced, archs, ops, version("tilelang"), ptx)
 
 
-def write_gen(out: Path, points, traced: dict, archs, ops, tilelang_version: str) -> dict:
-    """Emit sources, registry.cpp, cubins.cmake and manifest.json from traced data."""
-    units, arch_unit = _compile_units(points, traced)
+def write_gen(out: Path, points, traced: dict, archs, ops, tilelang_version: str, ptx=None) -> dict:
+    """Emit sources, registry.cpp, cubins.cmake and manifest.json from traced data. `ptx`:
+    the archs whose traced sources are also embedded as PTX (None: default_ptx)."""
+    ptx = tuple(default_ptx(archs) if ptx is None else ptx)
+    missing = [a for a in ptx if a not in archs]
+    if missing:
+        raise SystemExit(
+            f"tileaot generate: PTX of {','.join(missing)} asked for (--ptx / TILEAOT_PTX_ARCHS)"
+            f" but not built: add {';'.join(a[3:] for a in missing)} to the archs "
+            f"({','.join(archs)})"
+        )
+    units, arch_unit = _compile_units(points, traced, ptx)
     ordered = sorted(units, key=lambda u: units[u]["cubin"])
     blob_index = {u: i for i, u in enumerate(ordered)}
     blobs = [
         {"symbol": f"tileaot_blob_{i}", "arch": units[u]["arch"], "cubin": units[u]["cubin"]}
         for i, u in enumerate(ordered)
     ]
-    rows = _rows(points, traced, arch_unit, blob_index)
+    rows = _rows(points, traced, arch_unit, blob_index, ptx)
     for u in ordered:
         write_if_different(out / units[u]["source"], units[u]["text"])
     build_archs, build_ops = ",".join(archs), ",".join(ops)
@@ -148,6 +191,7 @@ def write_gen(out: Path, points, traced: dict, archs, ops, tilelang_version: str
 
     note(f"compile-total {len(ordered)}")  # for `build_tools watch`: one "compiled" line each
     manifest = _manifest(rows, blobs, units, ordered, archs, ops, tilelang_version)
+    manifest["ptx"] = [ptx_arch(a) for a in ptx]
     write_if_different(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     _remove_stale(out, {units[u]["source"] for u in ordered})
     return manifest
@@ -197,12 +241,14 @@ def _remove_stale(out: Path, keep: set[str]) -> None:
 
 
 def main(args) -> int:
+    from build_tools.archs import parse_ptx_archs
     from build_tools.matrix import parse_archs, parse_ops
     from build_tools.shard import parse_shard
 
     archs, ops = parse_archs(args.archs), parse_ops(args.ops)
     shard = parse_shard(args.shard) if args.shard else None
-    manifest = generate(Path(args.out), args.specs, archs, ops, args.jobs, shard)
+    ptx = None if args.ptx == "auto" else tuple(parse_ptx_archs(args.ptx, "--ptx"))
+    manifest = generate(Path(args.out), args.specs, archs, ops, args.jobs, shard, ptx=ptx)
     n_var = len({v["name"] for v in manifest["variants"]})
     print(
         f"tileaot generate: {n_var} variants, {len(manifest['variants'])} (variant, arch) rows, "

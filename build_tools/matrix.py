@@ -39,21 +39,13 @@ class VariantPoint:
         return not self.specialisation
 
 
-def parse_archs(text: str | Iterable[str]) -> tuple[str, ...]:
-    """'70;90a,sm_100a' → ('sm_70', 'sm_90a', 'sm_100a'), validated and in canonical order."""
-    items = text.replace(";", ",").split(",") if isinstance(text, str) else list(text)
-    archs = set()
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        arch = item if item.startswith("sm_") else f"sm_{item}"
-        if arch not in ARCH_ORDER:
-            known = ", ".join(BUILDABLE_ARCHS)
-            raise ValueError(f"unknown arch {item!r}: tileaot builds for {known}")
-        archs.add(arch)
-    if not archs:
-        raise ValueError("no archs selected")
-    return tuple(sorted(archs, key=ARCH_ORDER.__getitem__))
+def parse_archs(text: str | Iterable[str], where: str = "--archs") -> tuple[str, ...]:
+    """'70;90a,sm_100f' or '9.0,B300' → ('sm_70', 'sm_90a', 'sm_100f'), validated and in
+    canonical order (python/tileaot/_arch.py: the spellings `tileaot check --arch` takes)."""
+    from build_tools.archs import arch
+
+    items = text if isinstance(text, str) else list(text)
+    return tuple(arch.parse_build_archs(items, where))
 
 
 def parse_ops(text: str) -> tuple[str, ...]:

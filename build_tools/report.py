@@ -45,7 +45,8 @@ def _cubin_facts(gen: Path, entry: dict) -> dict:
         "arch": entry["arch"],
         "bytes": len(data),
         "zipped": stats["zipped"],
-        "debug_info": bool(data) and bool(debug_sections(data)),
+        # PTX (compute_XX) is text: debug info would be .loc lines, which the build never asks for
+        "debug_info": data[:4] == b"\x7fELF" and bool(debug_sections(data)),
         "compile_seconds": stats.get("seconds"),
         "compile_cached": stats.get("cached"),
         "compiled": path.is_file(),

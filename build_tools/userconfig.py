@@ -193,9 +193,9 @@ def parse(text: str, source: str = "<config>") -> UserConfig:
         from build_tools.matrix import parse_archs
 
         try:
-            archs = parse_archs(_strings(build["archs"], "[build] archs", fail))
-        except ValueError as e:
-            fail(f"[build] archs: {e}")
+            archs = parse_archs(_strings(build["archs"], "[build] archs", fail), "[build] archs")
+        except ValueError as e:  # names the item, "[build] archs" and the accepted forms
+            fail(str(e))
     names = _strings(build["ops"], "[build] ops", fail) if "ops" in build else list(tables)
     if not names:
         fail("selects no ops: add `[build] ops = [...]` or an `[ops.<name>]` table")

@@ -1,27 +1,24 @@
 # Helpers for tileaot's CMakeLists.txt: arch lists, the generate step, cubin compile jobs and
 # their embedding with .incbin (zlib-compressed: build_tools/blob.py).
 
-# "70,sm_90a;100A" -> "sm_70;sm_90a;sm_100a" (sorted by SM, duplicates dropped).
+# "70,sm_90a;B300;9.0" -> "sm_70;sm_90a;sm_100f" (canonical order, duplicates dropped), by
+# `python -m build_tools archs`: the spellings of python/tileaot/_arch.py (targets, compute
+# capabilities, GPU names), the same everywhere; a bad item stops with its one-line message.
 function(tileaot_normalize_archs out archs)
-  string(REPLACE "," ";" archs "${archs}")
+  get_filename_component(src "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/.." ABSOLUTE)
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" -m build_tools.archs "${archs}"
+    WORKING_DIRECTORY "${src}"
+    RESULT_VARIABLE rc OUTPUT_VARIABLE csv ERROR_VARIABLE err
+    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${err}")
+  endif()
+  string(REPLACE "," ";" items "${csv}")
   set(result "")
-  foreach(a IN LISTS archs)
-    string(STRIP "${a}" a)
-    string(TOLOWER "${a}" a)
-    if(a STREQUAL "")
-      continue()
-    endif()
-    string(REGEX REPLACE "^(sm_?|compute_?)" "" a "${a}")
-    if(NOT a MATCHES "^[0-9][0-9][0-9]?[af]?$")
-      message(FATAL_ERROR "tileaot: bad arch '${a}' in TILEAOT_ARCHS (want e.g. 80, 90a, sm_100a)")
-    endif()
+  foreach(a IN LISTS items)
     list(APPEND result "sm_${a}")
   endforeach()
-  list(REMOVE_DUPLICATES result)
-  list(SORT result COMPARE NATURAL)
-  if(NOT result)
-    message(FATAL_ERROR "tileaot: TILEAOT_ARCHS is empty")
-  endif()
   set(${out} "${result}" PARENT_SCOPE)
 endfunction()
 
@@ -30,13 +27,17 @@ endfunction()
 # when kernels_py/ or build_tools/ change; traces and cubins come from the build cache
 # ($TILEAOT_CACHE_DIR, else ~/.cache/tileaot) when their inputs are unchanged.
 function(tileaot_generate)
-  cmake_parse_arguments(ARG "" "GEN;ARCHS;OPS" "" ${ARGN})
+  cmake_parse_arguments(ARG "" "GEN;ARCHS;OPS;PTX" "" ${ARGN})
   set(src "${CMAKE_CURRENT_SOURCE_DIR}")
-  message(STATUS "tileaot: generating ${ARG_GEN} (archs ${ARG_ARCHS}, ops ${ARG_OPS})")
+  if(NOT ARG_PTX)
+    set(ARG_PTX "auto")
+  endif()
+  message(STATUS "tileaot: generating ${ARG_GEN} (archs ${ARG_ARCHS}, ops ${ARG_OPS}, "
+                 "PTX of ${ARG_PTX})")
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -E env "TILELANG_CACHE_DIR=${CMAKE_BINARY_DIR}/tilelang-cache"
             "${Python_EXECUTABLE}" -m build_tools generate
-            --out "${ARG_GEN}" --archs "${ARG_ARCHS}" --ops "${ARG_OPS}"
+            --out "${ARG_GEN}" --archs "${ARG_ARCHS}" --ops "${ARG_OPS}" --ptx "${ARG_PTX}"
     WORKING_DIRECTORY "${src}"
     RESULT_VARIABLE rc
     OUTPUT_VARIABLE out ERROR_VARIABLE out ECHO_OUTPUT_VARIABLE ECHO_ERROR_VARIABLE)

@@ -40,9 +40,29 @@ DTYPE_SHORT = {
 # GPUs run the sm_80 cubins (the runtime takes a plain target of the same major and a lower
 # minor), and tracing them separately produced sources identical to sm_80's for every variant
 # (the 2026-11-29 full build) at 2/7 of the build time: build them only on request
-# (TILEAOT_ARCHS=...;86;89). BUILDABLE_ARCHS is everything a build can target.
-DEFAULT_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_90a", "sm_100a")
-BUILDABLE_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a")
+# (TILEAOT_ARCHS=...;86;89).
+# Blackwell is built as family targets (CUDA 12.9): sm_100f runs on 10.0 (B200, GB200) and 10.3
+# (B300, GB300), sm_120f on 12.0 (RTX 50, RTX PRO 6000) and 12.1 (DGX Spark). No kernel here
+# uses an sm_100a-only feature (tcgen05 through tensor memory, which TileLang emits only for
+# T.gemm with a tensor-memory accumulator; gemm.py has none), so sm_100a is buildable on request
+# only. sm_90a stays an "a" target: gemm's Hopper path issues wgmma, which exists in sm_90a only
+# (and 9.0 is the only Hopper compute capability, so nothing is lost).
+# BUILDABLE_ARCHS is everything a build can target.
+DEFAULT_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_90a", "sm_100f", "sm_120f")
+BUILDABLE_ARCHS = (
+    "sm_70",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_89",
+    "sm_90a",
+    "sm_100a",
+    "sm_100f",
+    "sm_103a",
+    "sm_120f",
+    "sm_120a",
+    "sm_121a",
+)
 
 
 def _always(arch: str, key: Mapping[str, str], spec: Mapping[str, int]) -> bool:

@@ -4,6 +4,13 @@
 #   here:  bash scripts/gpu_check.sh prepare      # trace + compile sm_90a cubins into build/gpu/gen
 #   there: bash scripts/gpu_check.sh run          # build the module on them, GPU tests, bench
 #
+# The PTX test mode runs the sm_70/75/80 sources on this one GPU through the driver's JIT:
+#
+#   here:  bash scripts/gpu_check.sh prepare_ptx     # trace 70;75;80;90a, PTX of 70,75,80 too
+#   there: bash scripts/gpu_check.sh tests_ptx 80    # builds on first use, then the GPU tests
+#                                                    # with TILEAOT_PTX=prefer:80 (70, 75 alike)
+# (device tool: carry=["build/gpu/gen_ptx"]; TILEAOT_GPU_OPS narrows the ops, e.g. 'rms_norm*').
+#
 # `run` = build + tests + cpp_example + bench. The steps are also commands of their own: build,
 # tests [FILES], cpp_example (examples/cpp against the installed package), bench,
 # jit [--match RE] (TileLang JIT of the same kernels side by side), tune
@@ -20,6 +27,59 @@ ARCHS=${TILEAOT_GPU_ARCHS:-90a}
 prepare() {
   python -m build_tools generate --out "$GEN" --archs "$ARCHS"
   python -m build_tools compile-all "$GEN"
+}
+
+# PTX test mode (see the top): the sources traced for 70, 75 and 80 embedded as PTX beside the
+# sm_90a cubins (which serve what has no PTX, e.g. bf16 gemm on sm_70/75).
+GEN_PTX=build/gpu/gen_ptx
+PTX_ARCHS=${TILEAOT_GPU_PTX_ARCHS:-70;75;80}
+PTX_BUILD_ARCHS="$PTX_ARCHS;90a"
+prepare_ptx() {
+  python -m build_tools generate --out "$GEN_PTX" --archs "$PTX_BUILD_ARCHS" \
+    --ops "${TILEAOT_GPU_OPS:-*}" --ptx "$PTX_ARCHS"
+  python -m build_tools compile-all "$GEN_PTX"
+  ls "$GEN_PTX"/ptx | sed -E 's/.*\.(compute_[0-9]+)\.ptx$/\1/' | sort | uniq -c
+}
+
+build_ptx() {
+  local out=${OUT:-build/gpu/out}
+  mkdir -p "$out"
+  python -m pip install -q --no-build-isolation --no-deps --no-cache-dir . \
+    -Ccmake.define.TILEAOT_GEN_DIR="$PWD/$GEN_PTX" -Ccmake.define.TILEAOT_PREBUILT_CUBINS=ON \
+    -Ccmake.define.TILEAOT_ARCHS="$PTX_BUILD_ARCHS" -Ccmake.define.TILEAOT_OPS="${TILEAOT_GPU_OPS:-*}" \
+    -Cbuild-dir=build/gpu/cmake_ptx 2>&1 | tail -20
+  python -m tileaot info | tee "$out/info_ptx.txt"
+}
+
+# tests_ptx ARCH [FILES]: the GPU tests with dispatch preferring the compute_ARCH PTX (JIT on
+# this GPU); builds the PTX-mode package first unless the installed one has that PTX.
+tests_ptx() {
+  local arch=${1:?usage: gpu_check.sh tests_ptx 70|75|80 [FILES]} out=${OUT:-build/gpu/out}
+  shift
+  mkdir -p "$out"
+  if ! python - "$arch" <<'PY'
+import json, sys
+from tileaot import _manifest
+sys.exit(f"compute_{sys.argv[1]}" not in json.load(open(_manifest.default_path())).get("ptx", []))
+PY
+  then
+    build_ptx
+  fi
+  # The switch works: rms_norm's first launch runs the compute_ARCH PTX and says so once.
+  TILEAOT_PTX="prefer:$arch" python - "$arch" 2>&1 <<'PY' | tee "$out/ptx_$arch.txt"
+import sys, torch, tileaot
+x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+for _ in range(2):
+    y = tileaot.rms_norm(x, w)
+ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float())
+torch.cuda.synchronize()
+print("rms_norm max abs err", (y.float() - ref).abs().max().item())
+PY
+  [ "$(grep -c "runs PTX (compute_$arch)" "$out/ptx_$arch.txt")" -eq 1 ] ||
+    { echo "tests_ptx: rms_norm did not run the compute_$arch PTX (once)" >&2; return 1; }
+  mkdir -p "$out/ptx_$arch"
+  TILEAOT_PTX="prefer:$arch" OUT="$out/ptx_$arch" tests "$@"
 }
 
 build() {
@@ -130,4 +190,4 @@ run() {
   return "$status"
 }
 
-"${1:?usage: gpu_check.sh prepare|build|tests|cpp_example|bench|suite|jit|probe|run|tilelang_tarball}" "${@:2}"
+"${1:?usage: gpu_check.sh prepare|build|tests|cpp_example|bench|suite|jit|probe|run|prepare_ptx|build_ptx|tests_ptx ARCH|tilelang_tarball}" "${@:2}"

@@ -6,16 +6,15 @@ from collections.abc import Iterable
 
 
 def runs_on(variant_arch: str, device_arch: str) -> bool:
-    """The runtime's rule: an 'a' target runs on its exact SM only; a plain target on the same
-    major with a lower or equal minor."""
+    """The runtime's rule (tileaot._arch): an 'a' target runs on its exact SM only; a plain or
+    family ('f') target on the same major with a lower or equal minor; PTX (compute_80) on any
+    device of its compute capability or newer, unless TILEAOT_PTX=off."""
+    import os
 
-    def parts(arch: str) -> tuple[int, int, bool]:
-        digits = arch[3:].rstrip("a")
-        return int(digits[:-1]), int(digits[-1]), arch.endswith("a")
+    from tileaot import _arch
 
-    vmaj, vmin, specific = parts(variant_arch)
-    dmaj, dmin, _ = parts(device_arch)
-    return vmaj == dmaj and (vmin == dmin if specific else vmin <= dmin)
+    mode = _arch.ptx_mode(os.environ.get("TILEAOT_PTX"))
+    return _arch.target(variant_arch).runs_on(*_arch.parse_device(device_arch), mode)
 
 
 def unexercised(native, ops: Iterable[str], seen: set[str]) -> tuple[str, list[str]]:

@@ -44,8 +44,11 @@ def test_every_default_arch_has_every_generic_variant_or_a_documented_gap():
 
 def test_filters():
     assert parse_archs("90a;sm_80,70") == ("sm_70", "sm_80", "sm_90a")
-    with pytest.raises(ValueError, match="unknown arch"):
+    assert parse_archs("9.0;B300,sm_120f") == ("sm_90a", "sm_100f", "sm_120f")
+    with pytest.raises(ValueError, match="no tileaot target runs on '91'"):
         parse_archs("91")
+    with pytest.raises(ValueError, match="unknown arch 'sm_91x' in --archs"):
+        parse_archs("sm_91x")
     points = enumerate_variants(all_specs(), ("sm_90a",), parse_ops("rms_norm_bf16*"))
     assert points and all(p.name.startswith("rms_norm_bf16") for p in points)
 
@@ -100,10 +103,17 @@ def test_identical_sources_compile_once(gen_pair):
     manifest = json.loads((gen / "manifest.json").read_text())
     cubins = manifest["cubins"]
     # toy_scale lowers identically for sm_80 and sm_86: one sm_80 cubin serves both.
+    # With sm_80 built, its sources are also embedded as compute_80 PTX (the forward path).
     scale = [c for c in cubins if "toy_scale_bf16_any" in c["source"]]
-    assert sorted(c["arch"] for c in scale) == ["sm_80", "sm_90a"]
+    assert sorted(c["arch"] for c in scale) == ["compute_80", "sm_80", "sm_90a"]
+    assert manifest["ptx"] == ["compute_80"]
     rows = {(v["name"], v["arch"]): v for v in manifest["variants"]}
     assert rows[("toy_scale_bf16_any", "sm_86")]["blob_arch"] == "sm_80"
+    ptx = rows[("toy_scale_bf16_any", "compute_80")]
+    assert ptx["blob_arch"] == "compute_80" and cubins[ptx["blob"]]["cubin"].endswith(".ptx")
+    # PTX rows come last in their group: the runtime ranks them below every SASS row.
+    archs = [v["arch"] for v in manifest["variants"] if v["name"] == "toy_scale_bf16_any"]
+    assert archs == ["sm_90a", "sm_86", "sm_80", "compute_80"]
     assert len({c["source"] for c in cubins}) == len(list((gen / "src").glob("*.cu")))
 
 

@@ -197,17 +197,67 @@ def test_an_arch_not_built_names_the_arch_to_add(tmp_path):
     report = _report(QWEN, hopper_only)  # on an L4 (sm_89)
     assert report.count("miss") == len(report.verdicts)
     router = next(v for v in report.verdicts if "b[60, 2048]" in v.call.text)
-    assert "runs on sm_89" in router.reason and router.fix == {"TILEAOT_ARCHS": "90a;89"}
-    assert _check.build_options(report) == {"TILEAOT_ARCHS": "90a;89"}
-    assert "-Ccmake.define.TILEAOT_ARCHS='90a;89'" in _check.format_report(report)
+    assert "runs on sm_89" in router.reason and router.fix == {"TILEAOT_ARCHS": "90a;80"}
+    assert _check.build_options(report) == {"TILEAOT_ARCHS": "90a;80"}
+    assert "-Ccmake.define.TILEAOT_ARCHS='90a;80'" in _check.format_report(report)
 
 
-def test_a_gpu_no_target_serves_gets_no_build_option(full):
-    report = _report(DEEPSEEK, full, device="RTX 5090")  # sm_120: nothing tileaot builds runs
+def test_blackwell_is_served_by_the_family_targets(full):
+    for gpu, device, target in (
+        ("B300", "sm_103", "sm_100f"),
+        ("GB300", "sm_103", "sm_100f"),
+        ("RTX PRO 6000", "sm_120", "sm_120f"),
+        ("DGX Spark", "sm_121", "sm_120f"),
+    ):
+        report = _report(DEEPSEEK, full, device=gpu)
+        served = [v for v in report.verdicts if v.status != "not served"]
+        assert report.device == device and report.count("miss") == 0, gpu
+        assert served and {v.target for v in served} == {target}, gpu
+
+
+def test_a_gpu_no_sass_target_serves_gets_no_build_option(full):
+    sass_only = [r for r in full.rows if not r.target.ptx]
+    report = _report(
+        DEEPSEEK,
+        full.__class__(full.path, full.archs, full.ops, tuple(sass_only)),
+        device="Jetson Thor",
+    )  # 11.0: no SASS target, and no PTX in this build
     misses = [v for v in report.verdicts if v.status != "not served"]
-    assert report.device == "sm_120" and report.count("miss") == len(misses)
-    assert all("nothing tileaot builds runs on sm_120" in v.reason for v in misses)
+    assert report.device == "sm_110" and report.count("miss") == len(misses) > 0
+    assert all("no tileaot SASS target runs on sm_110" in v.reason for v in misses)
     assert _check.build_options(report) == {}
+
+
+def test_ptx_rows_serve_a_gpu_without_sass_unless_turned_off(tmp_path):
+    rows = [
+        {
+            "name": "rms_norm_bf16_any",
+            "op": "rms_norm",
+            "key": "bf16",
+            "spec": "any",
+            "arch": arch,
+            "constraints": {"N": 8},
+            "params": [
+                {"kind": "tensor", "name": n, "shape_text": d}
+                for n, d in (("x", ["M", "N"]), ("weight", ["N"]), ("y", ["M", "N"]))
+            ],
+        }
+        for arch in ("sm_90a", "sm_80", "compute_80")
+    ]
+    path = tmp_path / "m.json"
+    path.write_text(
+        json.dumps({"archs": ["sm_80", "sm_90a"], "ops": ["rms_norm*"], "variants": rows})
+    )
+    m = _manifest.load(path)
+    cfg = _model_calls.from_mapping({"hidden_size": 4096, "torch_dtype": "bfloat16"})
+    thor = _check.check(cfg, m, "Jetson Thor", ptx_mode="auto")
+    norms = [v for v in thor.verdicts if v.call.op == "rms_norm"]
+    assert norms and all(v.target == "compute_80" and v.status == "generic" for v in norms)
+    assert "the driver JIT-compiles it" in _check.format_report(thor)
+    off = _check.check(cfg, m, "Jetson Thor", ptx_mode="off")
+    assert all("TILEAOT_PTX=off" in v.reason for v in off.verdicts if v.call.op == "rms_norm")
+    h200 = _check.check(cfg, m, "H200", ptx_mode="prefer")
+    assert {v.target for v in h200.verdicts if v.call.op == "rms_norm"} == {"compute_80"}
 
 
 def test_a_dtype_without_kernels_misses_only_those_ops(full):
@@ -259,7 +309,7 @@ def test_user_config_specialises_every_served_call(full):
     tomllib = pytest.importorskip("tomllib")
     config = tomllib.loads(_check.user_config(_report(QWEN, full)))
     assert config["build"] == {
-        "archs": ["89"],
+        "archs": ["80"],
         "ops": ["rms_norm", "gemm", "topk_gate", "moe_expand", "swiglu", "moe_reduce"],
     }
     gemm = config["ops"]["gemm"]["specs"]
@@ -307,7 +357,15 @@ def test_parse_device_rejects_nonsense():
 
 
 @pytest.mark.parametrize(
-    "cc, best", [((8, 7), "sm_86"), ((9, 0), "sm_90a"), ((10, 3), None), ((7, 2), "sm_70")]
+    "cc, best",
+    [
+        ((8, 7), "sm_80"),  # a default target serves it (sm_86 would too, but is not default)
+        ((9, 0), "sm_90a"),
+        ((10, 3), "sm_100f"),
+        ((12, 1), "sm_120f"),
+        ((11, 0), None),  # Jetson Thor: no SASS target, only the PTX forward path
+        ((7, 2), "sm_70"),
+    ],
 )
 def test_best_buildable_follows_sass_compatibility(cc, best):
     assert _arch.best_buildable(*cc) == best

@@ -27,6 +27,11 @@ class _Native:
         ("sm_86", "sm_80", False),
         ("sm_75", "sm_80", False),
         ("sm_100a", "sm_100a", True),
+        ("sm_100f", "sm_103", True),
+        ("sm_100f", "sm_120", False),
+        ("sm_120f", "sm_121", True),
+        ("compute_80", "sm_110", True),
+        ("compute_80", "sm_75", False),
     ],
 )
 def test_runs_on_follows_the_runtime_rule(variant, device, expected):

@@ -100,17 +100,31 @@ std::string variant_lines(const Group& g) {
   return out;
 }
 
-bool any_row_runs_on(const Group& g, int major, int minor) {
+bool any_row_runs_on(const Group& g, int major, int minor, const PtxPolicy& policy) {
   for (int32_t i = g.begin; i < g.end; ++i) {
-    if (arch_runs_on(kVariants[i], major, minor)) return true;
+    if (arch_runs_on(kVariants[i], major, minor, policy)) return true;
   }
   return false;
 }
 
-std::string no_arch_reason(const Group& g, int major, int minor) {
+// Compute capabilities of 8.0 or newer that no SASS target of tileaot serves
+// (python/tileaot/_arch.py BUILDABLE: majors 7, 8, 9, 10, 12): only PTX runs there.
+bool no_sass_target_for(int major) { return major == 11 || major >= 13; }
+
+std::string no_arch_reason(const Group& g, int major, int minor, const PtxPolicy& policy) {
   const std::string sm = arch_name(major, minor);
   const std::string archs = join(group_archs(g), ", ");
   const char* op = kVariants[g.begin].op;
+  if (policy.mode == PtxPolicy::kOff && any_row_runs_on(g, major, minor, PtxPolicy{})) {
+    return "None of its SASS archs (" + archs + ") runs on " + sm +
+           ", and TILEAOT_PTX=off keeps its PTX (which the driver would JIT-compile) from "
+           "running: unset TILEAOT_PTX to use it.";
+  }
+  if (no_sass_target_for(major)) {
+    return "None of its archs (" + archs + ") runs on " + sm + ", and tileaot has no SASS " +
+           "target for it: only PTX runs there, which this build has not for " + op +
+           " (a build with sm_80 embeds its PTX unless -Ccmake.define.TILEAOT_PTX_ARCHS=off).";
+  }
   if (build_has_arch_for(major, minor)) {
     return "None of its archs (" + archs + ") runs on " + sm + ". This build has an arch for " +
            sm + " (" + kBuildArchs + "), but " + op +
@@ -123,10 +137,10 @@ std::string no_arch_reason(const Group& g, int major, int minor) {
          archs_option_value() + "," + token + "\" to add " + sm + ".";
 }
 
-std::string no_match_reason(const Group& g, int major, int minor) {
+std::string no_match_reason(const Group& g, int major, int minor, const PtxPolicy& policy) {
   std::vector<std::string> archs;
   for (int32_t i = g.begin; i < g.end; ++i) {
-    if (arch_runs_on(kVariants[i], major, minor)) add_unique(&archs, kVariants[i].arch);
+    if (arch_runs_on(kVariants[i], major, minor, policy)) add_unique(&archs, kVariants[i].arch);
   }
   return "Its variants that run on " + arch_name(major, minor) + " (" + join(archs, ", ") +
          ") do not accept these shapes: a static size differs or a constraint after '|' fails. "
@@ -135,6 +149,21 @@ std::string no_match_reason(const Group& g, int major, int minor) {
 }
 
 }  // namespace
+
+std::string ptx_warning(const Variant& v, int device, const std::string& device_arch,
+                        const PtxPolicy& policy) {
+  const std::string why = policy.mode == PtxPolicy::kPrefer
+                              ? "TILEAOT_PTX=prefer" +
+                                    (policy.prefer_version ? ":" + std::to_string(
+                                                                       policy.prefer_version)
+                                                           : std::string()) +
+                                    " puts it before SASS"
+                              : "no SASS of this build fits the device";
+  return std::string("tileaot: warning: ") + v.op + "[" + v.key + "] runs PTX (" + v.arch +
+         ") on device " + std::to_string(device) + " (" + device_arch + "): " + why +
+         ", so the CUDA driver JIT-compiles it on first use (slower first call, no tuning for "
+         "this GPU); TILEAOT_PTX=off makes this a miss instead.";
+}
 
 std::string lookup_miss_message(const char* op, const char* key) {
   const std::vector<std::string> keys = built_keys(op);
@@ -160,14 +189,15 @@ std::string lookup_miss_message(const char* op, const char* key) {
 }
 
 std::string select_miss_message(const Group& g, int major, int minor, const int64_t* shapes,
-                                int device) {
+                                int device, const PtxPolicy& policy) {
   const Variant& first = kVariants[g.begin];
   const std::string sm = arch_name(major, minor);
   const std::string where = device >= 0 ? "device " + std::to_string(device) + " (" + sm + ")" : sm;
-  const bool any_arch = any_row_runs_on(g, major, minor);
+  const bool any_arch = any_row_runs_on(g, major, minor, policy);
   std::string msg = std::string("tileaot: no ") + first.op + "[" + first.key +
                     "] variant for shapes " + shapes_text(first, shapes) + " on " + where + ". " +
-                    (any_arch ? no_match_reason(g, major, minor) : no_arch_reason(g, major, minor));
+                    (any_arch ? no_match_reason(g, major, minor, policy)
+                              : no_arch_reason(g, major, minor, policy));
   return msg + "\nVariants of " + first.op + "[" + first.key +
          "] in this build:" + variant_lines(g);
 }

@@ -19,7 +19,15 @@ struct Blob {
   // because the build packs each cubin after registry.cpp is generated: the value is the blob
   // file's header, embedded next to the payload (cmake/TileaotCubins.cmake).
   const uint64_t* inflated_size;
-  const char* compiled_arch;  // "sm_80": the arch the cubin's SASS is for
+  const char* compiled_arch;  // "sm_80": the arch the cubin's SASS is for; "compute_80": PTX
+};
+
+// What a row's code is (kernels_py/spec.py, python/tileaot/_arch.py: NVIDIA's target kinds).
+enum ArchKind : uint8_t {
+  kArchPlain = 0,     // sm_80: SASS for its major, any minor at or above its own
+  kArchFamily = 1,    // sm_100f: the same rule, may use the family's common features
+  kArchSpecific = 2,  // sm_90a: SASS for exactly its major.minor
+  kArchPtx = 3,       // compute_80: PTX the driver JIT-compiles for any device of 8.0 or newer
 };
 
 // Generated per variant: checks the concatenated tensor shapes against the variant's
@@ -76,11 +84,11 @@ struct Variant {
   const char* op;    // "rms_norm"
   const char* key;   // "bf16" or "bf16,g128": dtypes and modes, in spec order
   const char* spec;  // "n4096" or "any"
-  const char* arch;  // "sm_90a": the arch this entry serves
+  const char* arch;  // "sm_90a": the arch this entry serves ("compute_80": PTX)
   int32_t arch_major;
   int32_t arch_minor;
-  bool arch_specific;  // an "a" target: its SASS runs on exactly this major.minor
-  int32_t blob;        // index into kBlobs
+  ArchKind arch_kind;
+  int32_t blob;  // index into kBlobs
   int32_t n_tensors;
   const int32_t* ndims;  // rank of each tensor; shapes arrive concatenated
   int32_t n_scalars;
@@ -94,8 +102,8 @@ struct Variant {
   const uint32_t* tensor_dtypes;    // DLPack dtype of each tensor: code | bits << 8 | lanes << 16
 };
 
-// Sorted by (op, key, specialised-before-generic, arch descending): the runtime takes the
-// first row that matches.
+// Sorted by (op, key, specialised-before-generic, arch descending, PTX last); the runtime takes
+// the first matching row of the best-ranked arch that runs (select.h).
 extern const Variant kVariants[];
 extern const int32_t kNumVariants;
 extern const Blob kBlobs[];

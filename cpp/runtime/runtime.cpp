@@ -1,6 +1,10 @@
 // The C ABI (include/tileaot/tileaot.h): validate, select, launch; every failure leaves a
 // message in a thread-local string.
+#include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "device.h"
@@ -31,6 +35,21 @@ int select_row(int32_t handle, int32_t device, const DeviceState& dev, const int
 }
 
 std::string op_label(const Variant& v) { return std::string(v.op) + "[" + v.key + "]"; }
+
+std::atomic<int> g_ptx_warnings{0};
+
+// The first launch of an op+key's PTX in this process says so on stderr (ptx_warning).
+void warn_ptx_once(const Variant& v, int32_t device, const DeviceState& dev) {
+  if (v.arch_kind != kArchPtx) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!warned.insert(op_label(v)).second) return;
+  }
+  g_ptx_warnings.fetch_add(1);
+  std::fprintf(stderr, "%s\n", ptx_warning(v, device, dev.arch).c_str());
+}
 
 std::string count_error(const Variant& v, const char* what, int32_t want, int32_t got) {
   return "tileaot: " + op_label(v) + " takes " + std::to_string(want) + " " + what + " (" +
@@ -107,6 +126,7 @@ int launch_row(const Driver& d, DeviceState& dev, int32_t device, int32_t row, v
       (resolved = resolve_variant(d, dev, row, &failure)) != nullptr) {
     DriverLauncher launcher(d, dev, v, *resolved, static_cast<CUstream>(stream));
     const CallArgs args{const_cast<void* const*>(ptrs), dyn, scalars};
+    warn_ptx_once(v, device, dev);
     const int rc = v.launch(launcher, args);
     if (rc == 0) return TILEAOT_OK;
     failure = launcher.failure();
@@ -139,6 +159,9 @@ const char* variant_field(const Variant& v, const char* field) {
 }
 
 }  // namespace
+
+int ptx_warning_count() { return g_ptx_warnings.load(); }
+
 }  // namespace tileaot::detail
 
 using namespace tileaot::detail;  // NOLINT: this file only implements the C ABI below

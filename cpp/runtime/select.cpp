@@ -1,5 +1,6 @@
 #include "select.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -12,27 +13,38 @@ bool same_group(const Variant& a, const Variant& b) {
   return std::strcmp(a.op, b.op) == 0 && std::strcmp(a.key, b.key) == 0;
 }
 
-// Preference of an arch among those that run on one device (all share its major): higher
-// minor first, and an "a" arch before the plain one of the same major.minor.
-int arch_rank(const Variant& v) { return v.arch_minor * 2 + (v.arch_specific ? 1 : 0); }
+// Preference of an arch among those that run on one device (SASS rows share its major): higher
+// minor first, then "a" before "f" before plain at the same major.minor; PTX below every SASS
+// row (python/tileaot/_arch.py's Target.rank, the same numbers), or above as the policy says.
+int arch_rank(const Variant& v, const PtxPolicy& policy) {
+  if (v.arch_kind == kArchPtx) {
+    const int version = v.arch_major * 10 + v.arch_minor;
+    const bool preferred =
+        policy.mode == PtxPolicy::kPrefer &&
+        (policy.prefer_version == 0 || policy.prefer_version == version);
+    return (preferred ? 2000 : 0) + version;
+  }
+  const int kind = v.arch_kind == kArchSpecific ? 2 : v.arch_kind == kArchFamily ? 1 : 0;
+  return 1000 + v.arch_minor * 3 + kind;
+}
 
 // The best rank below `below` among the group's rows that run on major.minor; -1 if none.
-int next_rank(const Group& g, int major, int minor, int below) {
+int next_rank(const Group& g, int major, int minor, int below, const PtxPolicy& policy) {
   int best = -1;
   for (int32_t i = g.begin; i < g.end; ++i) {
     const Variant& v = kVariants[i];
-    const int rank = arch_rank(v);
-    if (rank < below && rank > best && arch_runs_on(v, major, minor)) best = rank;
+    const int rank = arch_rank(v, policy);
+    if (rank < below && rank > best && arch_runs_on(v, major, minor, policy)) best = rank;
   }
   return best;
 }
 
 // First row of the given arch rank whose pattern accepts the shapes; -1 if none.
 int32_t first_match(const Group& g, int major, int minor, int rank, const int64_t* shapes,
-                    int64_t* dyn) {
+                    int64_t* dyn, const PtxPolicy& policy) {
   for (int32_t i = g.begin; i < g.end; ++i) {
     const Variant& v = kVariants[i];
-    if (arch_rank(v) != rank || !arch_runs_on(v, major, minor)) continue;
+    if (arch_rank(v, policy) != rank || !arch_runs_on(v, major, minor, policy)) continue;
     // A row with more dynamic sizes than the buffer holds would overflow `dyn`: never match.
     if (v.n_dyn > kMaxDyn || shape_count(v) != shape_count(kVariants[g.begin])) continue;
     if (v.match(shapes, dyn)) return i;
@@ -81,9 +93,47 @@ int32_t shape_count(const Variant& v) {
   return n;
 }
 
-bool arch_runs_on(const Variant& v, int major, int minor) {
+PtxPolicy parse_ptx_policy(const char* text) {
+  PtxPolicy p;
+  const std::string s = text == nullptr ? "" : text;
+  if (s.empty() || s == "auto") return p;
+  if (s == "off" || s == "0") {
+    p.mode = PtxPolicy::kOff;
+    return p;
+  }
+  if (s == "prefer") {
+    p.mode = PtxPolicy::kPrefer;
+    return p;
+  }
+  // "prefer:80", "prefer:sm_80", "prefer:compute_80"
+  std::string arch = s.rfind("prefer:", 0) == 0 ? s.substr(7) : "";
+  for (const char* prefix : {"compute_", "sm_"}) {
+    if (arch.rfind(prefix, 0) == 0) arch = arch.substr(std::strlen(prefix));
+  }
+  if (arch.size() >= 2 && arch.size() <= 3 &&
+      arch.find_first_not_of("0123456789") == std::string::npos) {
+    p.mode = PtxPolicy::kPrefer;
+    p.prefer_version = std::atoi(arch.c_str());
+    return p;
+  }
+  p.error = "tileaot: TILEAOT_PTX='" + s +
+            "' is not one of auto (PTX only where no SASS fits; the default), off (never: a "
+            "miss instead), prefer (PTX before SASS), prefer:80 (the compute_80 PTX first)";
+  return p;
+}
+
+const PtxPolicy& ptx_policy() {
+  static const PtxPolicy policy = parse_ptx_policy(std::getenv("TILEAOT_PTX"));
+  return policy;
+}
+
+bool arch_runs_on(const Variant& v, int major, int minor, const PtxPolicy& policy) {
+  if (v.arch_kind == kArchPtx) {
+    return policy.mode != PtxPolicy::kOff &&
+           (major > v.arch_major || (major == v.arch_major && minor >= v.arch_minor));
+  }
   if (v.arch_major != major) return false;
-  return v.arch_specific ? v.arch_minor == minor : v.arch_minor <= minor;
+  return v.arch_kind == kArchSpecific ? v.arch_minor == minor : v.arch_minor <= minor;
 }
 
 std::string arch_name(int major, int minor) {
@@ -93,7 +143,12 @@ std::string arch_name(int major, int minor) {
 }
 
 int select_for_arch(int32_t handle, int major, int minor, const int64_t* shapes, int32_t n_shapes,
-                    int64_t* dyn, int32_t* row, std::string* error, int device) {
+                    int64_t* dyn, int32_t* row, std::string* error, int device,
+                    const PtxPolicy& policy) {
+  if (!policy.error.empty()) {
+    *error = policy.error;
+    return TILEAOT_ERROR_INVALID;
+  }
   Group g;
   if (!group_of(handle, &g)) {
     *error = "tileaot: invalid handle " + std::to_string(handle) + " (use tileaot_lookup)";
@@ -106,15 +161,15 @@ int select_for_arch(int32_t handle, int major, int minor, const int64_t* shapes,
              "concatenated: " + first.signature + "), got " + std::to_string(n_shapes);
     return TILEAOT_ERROR_INVALID;
   }
-  for (int rank = next_rank(g, major, minor, 1 << 30); rank >= 0;
-       rank = next_rank(g, major, minor, rank)) {
-    const int32_t i = first_match(g, major, minor, rank, shapes, dyn);
+  for (int rank = next_rank(g, major, minor, 1 << 30, policy); rank >= 0;
+       rank = next_rank(g, major, minor, rank, policy)) {
+    const int32_t i = first_match(g, major, minor, rank, shapes, dyn, policy);
     if (i >= 0) {
       *row = i;
       return TILEAOT_OK;
     }
   }
-  *error = select_miss_message(g, major, minor, shapes, device);
+  *error = select_miss_message(g, major, minor, shapes, device, policy);
   return TILEAOT_ERROR_MISS;
 }
 

@@ -96,6 +96,12 @@ bool image_runs_on(const std::string& image, const Device& d) {
   int number = 0;
   bool specific = false;
   const auto* bytes = reinterpret_cast<const unsigned char*>(image.data());
+  const size_t target = image.find(".target sm_");
+  if (!is_elf(bytes) && target != std::string::npos) {  // PTX: the JIT serves newer devices
+    if (std::sscanf(image.c_str() + target, ".target sm_%d", &number) != 1) return false;
+    ++g_state.ptx_loads;
+    return d.major * 10 + d.minor >= number;
+  }
   if (is_elf(bytes)) {
     if (!elf_arch(bytes, &number, &specific)) return false;
   } else {
@@ -134,6 +140,7 @@ static int* fake_cuda_field(const char* field) {
       {"pushes", &g_state.pushes},
       {"pops", &g_state.pops},
       {"module_loads", &g_state.module_loads},
+      {"ptx_loads", &g_state.ptx_loads},
       {"get_functions", &g_state.get_functions},
       {"n_launches", &g_state.n_launches},
       {"fail_launch", &g_state.fail_launch},

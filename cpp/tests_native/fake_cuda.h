@@ -24,6 +24,7 @@ struct FakeCudaState {
   int load_delay_us;     // cuModuleLoadData sleeps this long (widens races in tests)
   int last_image_size;   // bytes of the last image cuModuleLoadData read (text: to its NUL)
   char last_image[128];  // its first bytes, NUL-terminated
+  int ptx_loads;         // images read as PTX (".target sm_XX", JIT-compiled by a real driver)
 };
 
 extern "C" FakeCudaState* fake_cuda_state();

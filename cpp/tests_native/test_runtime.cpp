@@ -3,11 +3,16 @@
 //   test_runtime nodriver        no libcuda.so.1 on the library path
 //   test_runtime fake            LD_LIBRARY_PATH has the fake libcuda.so.1,
 //   FAKE_CUDA_SM=8.9,9.0,9.0 test_runtime fake-init-fail  same, with FAKE_CUDA_INIT_FAIL=1
+//   FAKE_CUDA_SM=11.0,9.0 test_runtime fake-ptx   the forward path: PTX on a device without SASS
+//   test_runtime table 9.0 10.3 ...   prints "9.0 sm_90a" per compute capability: the row the
+//                                     arch_table group picks (TILEAOT_PTX applies), or "MISS"
+//                                     (tests/test_arch_table.py replays it in Python)
 #include <dlfcn.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -40,6 +45,8 @@ bool contains(const std::string& haystack, const char* needle) {
 }
 #define EXPECT_ERROR_HAS(text) EXPECT(contains(tileaot_last_error(), text))
 
+using tileaot::detail::PtxPolicy;
+using tileaot::detail::parse_ptx_policy;
 using tileaot::detail::select_for_arch;
 
 int32_t rms = -1, rms16 = -1, gemm = -1;
@@ -66,6 +73,47 @@ std::string pick(int32_t handle, int major, int minor, const std::vector<int64_t
 int launch_rms(int32_t handle, int device, int64_t m, int64_t n, void* stream = nullptr) {
   std::vector<int64_t> s = rms_shapes(m, n);
   return tileaot_launch(handle, device, stream, kPtrs, 3, s.data(), 5, kEps, 1);
+}
+
+// The arch of the arch_table row picked on major.minor under `policy`, or "MISS".
+std::string table_pick(int major, int minor, const PtxPolicy& policy, std::string* error) {
+  const int32_t h = tileaot_lookup("arch_table", "bf16");
+  int64_t dyn[tileaot::detail::kMaxDyn];
+  int32_t row = -1;
+  const int64_t shapes[1] = {7};
+  const int rc = select_for_arch(h, major, minor, shapes, 1, dyn, &row, error, -1, policy);
+  if (rc == TILEAOT_ERROR_MISS) return "MISS";
+  if (rc != TILEAOT_OK) return "INVALID";
+  return tileaot_variant_field(row, "arch");
+}
+
+void test_ptx_policy() {
+  EXPECT(parse_ptx_policy(nullptr).mode == PtxPolicy::kAuto);
+  EXPECT(parse_ptx_policy("auto").mode == PtxPolicy::kAuto);
+  EXPECT(parse_ptx_policy("off").mode == PtxPolicy::kOff);
+  EXPECT(parse_ptx_policy("prefer").mode == PtxPolicy::kPrefer);
+  const PtxPolicy p80 = parse_ptx_policy("prefer:compute_80");
+  EXPECT(p80.mode == PtxPolicy::kPrefer && p80.prefer_version == 80 && p80.error.empty());
+  EXPECT(parse_ptx_policy("prefer:75").prefer_version == 75);
+  EXPECT(contains(parse_ptx_policy("always").error, "TILEAOT_PTX='always' is not one of"));
+  EXPECT(!parse_ptx_policy("prefer:x").error.empty());
+  std::string error;
+  const PtxPolicy autop, off = parse_ptx_policy("off"), prefer = parse_ptx_policy("prefer");
+  // SASS first whenever one runs; PTX for what no SASS serves (11.0: Jetson Thor, 13.0: next).
+  EXPECT(table_pick(9, 0, autop, &error) == "sm_90a");
+  EXPECT(table_pick(10, 3, autop, &error) == "sm_100f");
+  EXPECT(table_pick(12, 1, autop, &error) == "sm_120f");
+  EXPECT(table_pick(11, 0, autop, &error) == "compute_80");
+  EXPECT(table_pick(13, 0, autop, &error) == "compute_80");
+  EXPECT(table_pick(6, 1, autop, &error) == "MISS");  // PTX of 8.0 does not JIT for 6.1
+  EXPECT(table_pick(11, 0, off, &error) == "MISS");
+  EXPECT(contains(error, "TILEAOT_PTX=off keeps its PTX"));
+  std::printf("PTX off miss:\n  %s\n", error.c_str());
+  EXPECT(table_pick(9, 0, prefer, &error) == "compute_80");
+  EXPECT(table_pick(7, 5, prefer, &error) == "sm_75");  // compute_80 cannot run on 7.5
+  EXPECT(table_pick(9, 0, parse_ptx_policy("prefer:70"), &error) == "sm_90a");  // no compute_70
+  EXPECT(table_pick(9, 0, parse_ptx_policy("bogus"), &error) == "INVALID");
+  EXPECT(contains(error, "TILEAOT_PTX='bogus'"));
 }
 
 void test_lookup() {
@@ -183,7 +231,7 @@ void test_arch_names() {
 }
 
 void test_introspection() {
-  EXPECT(tileaot_num_variants() == 9);
+  EXPECT(tileaot_num_variants() == 16);  // 9 rows of gemm and rms_norm, 7 of arch_table
   EXPECT(std::strcmp(tileaot_variant_field(0, "name"), "gemm_bf16_any") == 0);
   EXPECT(std::strcmp(tileaot_variant_field(2, "arch"), "sm_90") == 0);
   EXPECT(std::strcmp(tileaot_variant_field(2, "blob_arch"), "sm_90") == 0);
@@ -191,7 +239,7 @@ void test_introspection() {
   EXPECT(std::strcmp(tileaot_variant_field(3, "signature"),
                      "x[M,4096] weight[4096] y[M,4096]; eps") == 0);
   EXPECT(tileaot_variant_field(3, "nope") == nullptr);
-  EXPECT(tileaot_variant_field(9, "name") == nullptr);
+  EXPECT(tileaot_variant_field(16, "name") == nullptr);
   EXPECT(tileaot_variant_field(-1, "name") == nullptr);
   EXPECT(std::strcmp(tileaot_build_archs(), "sm_80,sm_86,sm_90,sm_90a,sm_100a") == 0);
   EXPECT(std::strcmp(tileaot_build_ops(), "*") == 0);
@@ -237,7 +285,7 @@ void test_no_driver() {
   EXPECT(tileaot_device_arch(0) == nullptr);
   EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_ERROR_DRIVER);  // the failure is kept
   // The library stays usable for everything that needs no driver.
-  EXPECT(tileaot_lookup("gemm", "bf16") == gemm && tileaot_num_variants() == 9);
+  EXPECT(tileaot_lookup("gemm", "bf16") == gemm && tileaot_num_variants() == 16);
   EXPECT(std::strcmp(tileaot_variant_field(3, "name"), "rms_norm_bf16_n4096") == 0);
   EXPECT(tileaot_launch(rms, 0, nullptr, kPtrs, 2, s.data(), 5, kEps, 1) == TILEAOT_ERROR_INVALID);
 }
@@ -457,9 +505,45 @@ void report_launch_cost() {
 
 }  // namespace
 
+// The forward path through the fake driver: device 0 is 11.0 (no SASS of the build runs),
+// device 1 is 9.0.
+void test_fake_ptx(FakeCudaState* st) {
+  const int32_t h = tileaot_lookup("arch_table", "bf16");
+  void* const ptrs[1] = {reinterpret_cast<void*>(0x1000)};
+  const int64_t shapes[1] = {7};
+  EXPECT(std::string(tileaot_select(h, 0, shapes, 1)) == "arch_table_any");
+  EXPECT(tileaot::detail::ptx_warning_count() == 0);
+  EXPECT(tileaot_launch(h, 0, nullptr, ptrs, 1, shapes, 1, nullptr, 0) == TILEAOT_OK);
+  EXPECT(st->ptx_loads == 1 && std::strncmp(st->last_image, "//", 2) == 0);
+  EXPECT(tileaot::detail::ptx_warning_count() == 1);
+  EXPECT(tileaot_launch(h, 0, nullptr, ptrs, 1, shapes, 1, nullptr, 0) == TILEAOT_OK);
+  EXPECT(tileaot::detail::ptx_warning_count() == 1);  // once per op+key and process
+  EXPECT(st->ptx_loads == 1);                         // the module is cached
+  const int loads = st->module_loads;
+  EXPECT(tileaot_launch(h, 1, nullptr, ptrs, 1, shapes, 1, nullptr, 0) == TILEAOT_OK);
+  EXPECT(st->module_loads == loads + 1 && st->ptx_loads == 1);  // 9.0: the sm_90a cubin
+  EXPECT(std::string(st->last_image).rfind("sm_90a:", 0) == 0);
+  const std::string w = tileaot::detail::ptx_warning(tileaot::detail::kVariants[h + 6], 0,
+                                                     "sm_110");
+  EXPECT(contains(w, "arch_table[bf16] runs PTX (compute_80) on device 0 (sm_110)") &&
+         contains(w, "JIT-compiles") && contains(w, "TILEAOT_PTX=off"));
+  std::printf("PTX warning:\n  %s\n", w.c_str());
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "nodriver";
+  if (mode == "table") {
+    const PtxPolicy policy = parse_ptx_policy(std::getenv("TILEAOT_PTX"));
+    for (int i = 2; i < argc; ++i) {
+      int major = 0, minor = 0;
+      if (std::sscanf(argv[i], "%d.%d", &major, &minor) != 2) return 2;
+      std::string error;
+      std::printf("%s %s\n", argv[i], table_pick(major, minor, policy, &error).c_str());
+    }
+    return 0;
+  }
   test_lookup();
+  test_ptx_policy();
   test_arch_names();
   test_select();
   test_introspection();
@@ -479,6 +563,8 @@ int main(int argc, char** argv) {
     test_fake_corrupt_blob(st);
     test_fake_module_failure(st);  // its last launch loads blob 2 on device 2: the retry works
     report_launch_cost();
+  } else if (mode == "fake-ptx") {
+    test_fake_ptx(fake());
   } else if (mode == "fake-init-fail") {
     EXPECT(launch_rms(rms, 0, 3, 4096) == TILEAOT_ERROR_DRIVER);
     EXPECT_ERROR_HAS("tileaot: cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device");

@@ -5,8 +5,11 @@ picks the instruction path from the target:
 
 * sm_90a: TMA loads + mbarriers, a producer warpgroup (added by TileLang) and two consumer
   warpgroups issuing ``wgmma`` (128x256x64 tiles, 3 stages).
-* sm_100a: ``T.gemm`` without tensor-memory accumulators lowers to TMA loads + warp-level
-  ``mma.sync`` (no tcgen05): it compiles and runs, but is an sm_80-class path.
+* sm_100f/sm_100a/sm_103a: ``T.gemm`` without tensor-memory accumulators lowers to TMA loads +
+  warp-level ``mma.sync`` (no tcgen05): it compiles and runs, but is an sm_80-class path, and
+  needs no "a" feature, so the default build makes it a family target (sm_100f).
+* sm_120f/sm_120a/sm_121a (RTX 50, RTX PRO 6000, DGX Spark): TMA loads + ``mma.sync`` with the
+  sm_80 tile (99 KiB of shared memory per block, as sm_86/89).
 * sm_80/86/89: ``cp.async`` pipelining + ``ldmatrix`` + ``mma.sync``. With a dynamic K, 3+
   stages hit a TileLang 0.1.15 bug (the pipeline epilogue emits ``cp.async.wait_group`` with a
   non-constant count and codegen fails), so the generic variant uses 2 stages of 64-wide K
@@ -30,7 +33,9 @@ from ..spec import KernelSpec
 
 DTYPES = ("bfloat16", "float16")
 SM80_CLASS = ("sm_80", "sm_86", "sm_89")
-ARCHS = ("sm_70", "sm_75", *SM80_CLASS, "sm_90a", "sm_100a")
+SM100_CLASS = ("sm_100a", "sm_100f", "sm_103a")
+SM120_CLASS = ("sm_120f", "sm_120a", "sm_121a")
+ARCHS = ("sm_70", "sm_75", *SM80_CLASS, "sm_90a", *SM100_CLASS, *SM120_CLASS)
 # Common LLM projection shapes (M = tokens stays dynamic).
 STATIC_NK = ({"N": 4096, "K": 4096}, {"N": 7168, "K": 2048}, {"N": 14336, "K": 4096})
 RASTER_PANEL = 10  # block swizzle: walk tiles in panels of 10 for L2 reuse of a and b
@@ -49,9 +54,9 @@ def tile_for(arch: str, static_k: bool) -> Tile:
     """Tile configuration for an arch; see the module docstring for why."""
     if arch == "sm_90a":
         return Tile(128, 256, 64, 3, 256)
-    if arch == "sm_100a":
+    if arch in SM100_CLASS:
         return Tile(128, 128, 64, 3, 256)
-    if arch in SM80_CLASS:
+    if arch in SM80_CLASS or arch in SM120_CLASS:
         return Tile(128, 128, 32, 3, 128) if static_k else Tile(128, 128, 64, 2, 128)
     if arch in ("sm_75", "sm_70"):
         return Tile(128, 128, 32, 2, 128)

@@ -44,7 +44,11 @@ def _parser() -> argparse.ArgumentParser:
         "check", help="which calls of a model (config.json or .toml) are prebuilt for a GPU"
     )
     check.add_argument("config", help="model config: a Hugging Face config.json, or TOML")
-    check.add_argument("--arch", help="the GPU: sm_90a, 90a, 9.0 or a name such as H200")
+    check.add_argument(
+        "--arch",
+        help="the GPU: a target (sm_90a, 100f), a compute capability (9.0, 90) or a name as "
+        'NVIDIA or nvidia-smi writes it (H200, "NVIDIA H800", B300, "RTX PRO 6000")',
+    )
     check.add_argument("--tokens", type=int, help="rows per call (default: config or 4096)")
     check.add_argument("--manifest", help="manifest.json of a build (default: this wheel's)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -17,6 +17,7 @@ Needs neither a GPU nor the native module.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,6 +36,7 @@ class Verdict:
     call: Call
     status: str  # SPECIALISED, GENERIC, MISS or UNSERVED
     variant: str | None = None  # what the runtime would launch
+    target: str = ""  # its code: "sm_90a", or "compute_80" (PTX the driver JIT-compiles)
     reason: str = ""  # why a miss
     fix: dict[str, str] = field(default_factory=dict)  # build option -> value it needs added
     spec: dict[str, int] = field(default_factory=dict)  # the specialisation fitting this call
@@ -47,6 +49,7 @@ class Report:
     device: str  # "sm_90a"
     manifest: Manifest
     verdicts: list[Verdict]
+    ptx_mode: str = "auto"  # TILEAOT_PTX as replayed
 
     @property
     def covered(self) -> bool:
@@ -56,14 +59,16 @@ class Report:
         return sum(v.status == status for v in self.verdicts)
 
 
-def check(cfg: ModelConfig, manifest: Manifest, device: str) -> Report:
-    """Verdicts for every call of `cfg` on a GPU `device` ("sm_90a", "9.0", "H200")."""
+def check(cfg: ModelConfig, manifest: Manifest, device: str, ptx_mode: str | None = None) -> Report:
+    """Verdicts for every call of `cfg` on a GPU `device` ("sm_90a", "9.0", "H200", "NVIDIA
+    H800"), PTX rows treated as TILEAOT_PTX says (`ptx_mode`; default: the environment's)."""
     major, minor = _arch.parse_device(device)
-    verdicts = [_verdict(manifest, c, major, minor) for c in calls(cfg)]
-    return Report(cfg.name, _arch.device_name(major, minor), manifest, verdicts)
+    mode = _arch.ptx_mode(os.environ.get("TILEAOT_PTX") if ptx_mode is None else ptx_mode)
+    verdicts = [_verdict(manifest, c, major, minor, mode) for c in calls(cfg)]
+    return Report(cfg.name, _arch.device_name(major, minor), manifest, verdicts, mode)
 
 
-def _verdict(manifest: Manifest, call: Call, major: int, minor: int) -> Verdict:
+def _verdict(manifest: Manifest, call: Call, major: int, minor: int, mode: str) -> Verdict:
     if call.unserved:
         return Verdict(
             call, UNSERVED, reason=f"not served (tileaot has no kernel for {call.unserved})"
@@ -78,16 +83,18 @@ def _verdict(manifest: Manifest, call: Call, major: int, minor: int) -> Verdict:
     unbuildable = _buildable.why_not(call.op, call.key, spec) or "" if spec else ""
     if unbuildable:
         spec = {}
-    row = _manifest.select(group, major, minor, call.shapes)
+    row = _manifest.select(group, major, minor, call.shapes, mode)
     if row is not None:
         status = GENERIC if row.generic else SPECIALISED
-        return Verdict(call, status, row.name, spec=spec, unbuildable=unbuildable)
+        return Verdict(
+            call, status, row.name, row.target.name, spec=spec, unbuildable=unbuildable
+        )
     if not group and "*" in manifest.ops:  # every kernel tileaot has was built: none serves it
         built = manifest.keys(call.op)
         have = f"keys built: {', '.join(built)}" if built else "no such op in this build"
         why = f"not served (tileaot has no {call.op}[{call.key}] kernel; {have})"
         return Verdict(call, UNSERVED, reason=why)
-    reason, fix, shape_miss = _why_missing(manifest, call, group, major, minor)
+    reason, fix, shape_miss = _why_missing(manifest, call, group, major, minor, mode)
     # A shape the generic variant rejects (N % 8 for gemm) would not suit a specialisation
     # either: leave it out of the suggested build.
     spec = {} if shape_miss else spec
@@ -98,13 +105,17 @@ def _verdict(manifest: Manifest, call: Call, major: int, minor: int) -> Verdict:
 
 
 def _why_missing(
-    m: Manifest, call: Call, group: list[Row], major: int, minor: int
+    m: Manifest, call: Call, group: list[Row], major: int, minor: int, mode: str = "auto"
 ) -> tuple[str, dict[str, str], bool]:
     """(why, the build options that add it, whether the shapes themselves are the problem)."""
     label = f"{call.op}[{call.key}]"
     if not group:
         return (*_missing_key(m, call, label), False)
-    on_device = [r for r in group if r.target.runs_on(major, minor)]
+    on_device = [r for r in group if r.target.runs_on(major, minor, mode)]
+    if not on_device and mode == "off" and any(r.target.runs_on(major, minor) for r in group):
+        device = _arch.device_name(major, minor)
+        why = f"no SASS of {label} runs on {device}, and TILEAOT_PTX=off keeps its PTX from running"
+        return why, {}, False
     if not on_device:
         return (*_missing_arch(m, group, label, major, minor), False)
     generic = next((r for r in on_device if r.generic), None)
@@ -131,8 +142,9 @@ def _missing_arch(
     need = _arch.best_buildable(major, minor)
     if need is None:
         return (
-            f"nothing tileaot builds runs on {device} (targets: {', '.join(_arch.BUILDABLE)}; "
-            f"{label} is built for {built})",
+            f"no tileaot SASS target runs on {device} (targets: {', '.join(_arch.BUILDABLE)}) "
+            f"and this build has no PTX of {label} that would (built for {built}; PTX comes "
+            "from the sm_80 sources: keep 80 in TILEAOT_ARCHS and TILEAOT_PTX_ARCHS)",
             {},
         )
     if need in m.archs:  # built for that arch, but this kernel's spec excludes it
@@ -163,6 +175,10 @@ def _why_not(row: Row, shapes: Sequence[int]) -> str:
     if too_big:
         return f"takes sizes below 2**31; here {', '.join(too_big)}: split the call"
     return f"does not accept these shapes ({' '.join(row.dims)} vs {list(shapes)})"
+
+
+def _is_ptx(target: str) -> bool:
+    return target.startswith(_arch.PTX_PREFIX)
 
 
 # ---- the specialisation that fits a call ------------------------------------------------------
@@ -241,6 +257,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "manifest": report.manifest.path,
         "build": {"archs": list(report.manifest.archs), "ops": list(report.manifest.ops)},
         "covered": report.covered,
+        "ptx_mode": report.ptx_mode,
         "calls": [_verdict_json(v) for v in report.verdicts],
         "build_options": build_options(report),
         "user_config": user_config(report),
@@ -270,6 +287,12 @@ def format_report(report: Report) -> str:
         summary += f", {report.count(UNSERVED)} {UNSERVED}"
     verdict = "fully covered" if report.covered else "NOT fully covered"
     lines += ["", f"{n} calls: {summary} -> {verdict} on {report.device}"]
+    jit = sum(_is_ptx(v.target) for v in report.verdicts)
+    if jit:
+        lines.append(
+            f"{jit} of them run PTX: no SASS of this build fits {report.device} (or TILEAOT_PTX="
+            f"{report.ptx_mode}), so the driver JIT-compiles it on first use"
+        )
     options = build_options(report)
     if options:
         defines = " ".join(f"-Ccmake.define.{k}='{v}'" for k, v in options.items())
@@ -299,7 +322,8 @@ def _format_verdict(v: Verdict) -> list[str]:
         hint = ""
         if v.status == GENERIC and v.spec:
             hint = "  (specialise: " + ", ".join(f"{k} = {n}" for k, n in v.spec.items()) + ")"
+        code = f" [{v.target} PTX: the driver JIT-compiles it]" if _is_ptx(v.target) else ""
         extra = [f"      not specialisable: {v.unbuildable}"] if v.unbuildable else []
-        return [f"{head} -> {v.variant}{hint}", uses, *extra]
+        return [f"{head} -> {v.variant}{code}{hint}", uses, *extra]
     fix = " ".join(f"{k}={val}" for k, val in v.fix.items())
     return [head, uses, f"      miss: {v.reason}" + (f" -> build with {fix}" if fix else "")]

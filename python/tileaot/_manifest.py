@@ -2,10 +2,11 @@
 
 `python -m tileaot check` needs no GPU and no native module: it reads the manifest the wheel
 ships and asks what the runtime would run. `select` follows cpp/runtime/select.cpp (the
-best-ranked arch that runs on the device first, then the first row in table order that
-matches); `match` follows the generated match functions (build_tools/emit_cpp.py: each
-dynamic size is bound at its first use as a whole dimension and must fit an int32, every other
-dimension must equal its expression, then the divisibility constraints must hold).
+best-ranked arch that runs on the device first, PTX rows as TILEAOT_PTX says, then the first
+row in table order that matches); `match` follows the generated match functions
+(build_tools/emit_cpp.py: each dynamic size is bound at its first use as a whole dimension and
+must fit an int32, every other dimension must equal its expression, then the divisibility
+constraints must hold).
 """
 
 from __future__ import annotations
@@ -94,12 +95,15 @@ def _row(variant: dict[str, Any]) -> Row:
     )
 
 
-def select(rows: Sequence[Row], major: int, minor: int, shapes: Sequence[int]) -> Row | None:
-    """The row the runtime would launch on a device of compute capability major.minor."""
-    usable = [r for r in rows if r.target.runs_on(major, minor)]
-    for rank in sorted({r.target.rank for r in usable}, reverse=True):
+def select(
+    rows: Sequence[Row], major: int, minor: int, shapes: Sequence[int], ptx_mode: str = "auto"
+) -> Row | None:
+    """The row the runtime would launch on a device of compute capability major.minor, with
+    TILEAOT_PTX set to `ptx_mode` (tileaot._arch.ptx_mode)."""
+    usable = [r for r in rows if r.target.runs_on(major, minor, ptx_mode)]
+    for rank in sorted({r.target.rank(ptx_mode) for r in usable}, reverse=True):
         for row in usable:
-            if row.target.rank == rank and match(row, shapes) is not None:
+            if row.target.rank(ptx_mode) == rank and match(row, shapes) is not None:
                 return row
     return None
 
