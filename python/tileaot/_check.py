@@ -86,9 +86,7 @@ def _verdict(manifest: Manifest, call: Call, major: int, minor: int, mode: str) 
     row = _manifest.select(group, major, minor, call.shapes, mode)
     if row is not None:
         status = GENERIC if row.generic else SPECIALISED
-        return Verdict(
-            call, status, row.name, row.target.name, spec=spec, unbuildable=unbuildable
-        )
+        return Verdict(call, status, row.name, row.target.name, spec=spec, unbuildable=unbuildable)
     if not group and "*" in manifest.ops:  # every kernel tileaot has was built: none serves it
         built = manifest.keys(call.op)
         have = f"keys built: {', '.join(built)}" if built else "no such op in this build"
