@@ -74,9 +74,11 @@ def _apply_config_option(args) -> None:
 
 def _list(args) -> int:
     from build_tools.matrix import enumerate_variants, parse_archs, parse_ops
+    from build_tools.userconfig import from_env
     from kernels_py import all_specs
 
-    for p in enumerate_variants(all_specs(), parse_archs(args.archs), parse_ops(args.ops)):
+    archs, ops = parse_archs(args.archs), parse_ops(args.ops)
+    for p in enumerate_variants(all_specs(), archs, ops, from_env()):
         print(f"{p.name:40s} key={p.key_string:12s} archs={','.join(p.archs)}")
     return 0
 

@@ -138,7 +138,9 @@ def generate(
     from build_tools.schema_check import check_all as check_schemas  # noqa: I001 - lazy, as shard
     from build_tools.shard import select_shard, write_shard_data
 
-    points = enumerate_variants(load_specs(module), archs, ops)
+    from build_tools.userconfig import from_env  # $TILEAOT_CONFIG: how CMake passes a config
+
+    points = enumerate_variants(load_specs(module), archs, ops, from_env())
     if not points:
         raise SystemExit(f"no variants match ops={','.join(ops)} archs={','.join(archs)}")
     if shard is not None:

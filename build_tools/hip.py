@@ -55,7 +55,9 @@ def parse_hip_archs(text: str) -> tuple[str, ...]:
 def hip_points(module: str, ops: tuple[str, ...]) -> list[VariantPoint]:
     """The variants of the CUDA matrix (those some CUDA arch builds): `supports` speaks of CUDA
     archs, so whether a variant works on a gfx arch is found by lowering it."""
-    return enumerate_variants(load_specs(module), DEFAULT_ARCHS, ops)
+    from build_tools.userconfig import from_env
+
+    return enumerate_variants(load_specs(module), DEFAULT_ARCHS, ops, from_env())
 
 
 # ---------------------------------------------------------------------------------------------

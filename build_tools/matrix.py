@@ -9,12 +9,9 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kernels_py.spec import BUILDABLE_ARCHS, KernelSpec
-
-if TYPE_CHECKING:
-    from build_tools.userconfig import UserConfig
 
 ARCH_ORDER = {a: i for i, a in enumerate(BUILDABLE_ARCHS)}
 
@@ -58,18 +55,14 @@ def enumerate_variants(
     specs: Iterable[KernelSpec],
     archs: tuple[str, ...],
     ops: tuple[str, ...] = ("*",),
-    config: UserConfig | None = None,
+    config: Any = None,
 ) -> list[VariantPoint]:
     """Every variant selected by `ops` globs, with the archs its spec supports.
 
-    `config` (a bring-your-shapes file, build_tools/userconfig.py) first narrows the specs to
-    its ops, keys and specialisations; by default it is the file named by $TILEAOT_CONFIG,
-    which is how CMake's -DTILEAOT_CONFIG reaches `generate`.
+    `config` (a bring-your-shapes file: a build_tools.userconfig.UserConfig) first narrows the
+    specs to its ops, keys and specialisations. It is passed in, never read here: the process
+    boundary (the CLI, `generate` under CMake) turns $TILEAOT_CONFIG into it.
     """
-    if config is None:
-        from build_tools.userconfig import from_env
-
-        config = from_env()
     if config is not None:
         specs = config.apply(specs)
     points = []

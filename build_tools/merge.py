@@ -18,14 +18,14 @@ from build_tools.generate import write_gen
 from build_tools.matrix import enumerate_variants
 from build_tools.shard import _read_shards
 from build_tools.specs import load_specs
+from build_tools.userconfig import from_env
 
 
 def merge(out: Path, dirs: list[Path]) -> dict:
     infos = _read_shards([Path(d) for d in dirs])
     first = infos[0]
-    points = enumerate_variants(
-        load_specs(first["specs"]), tuple(first["archs"]), tuple(first["ops"])
-    )
+    specs, archs, ops = load_specs(first["specs"]), tuple(first["archs"]), tuple(first["ops"])
+    points = enumerate_variants(specs, archs, ops, from_env())  # the shards' TILEAOT_CONFIG
     wanted = [p.name for p in points]
     got = [name for info in infos for name in info["variants"]]
     if sorted(got) != sorted(wanted):
