@@ -230,7 +230,7 @@ def test_compile_comes_from_the_cache_the_second_time(monkeypatch, tmp_path):
     monkeypatch.setattr(compile_mod, "kernel_include_dirs", lambda extra=(): ["/inc"])
     monkeypatch.setattr(compile_mod, "cubin_arch", lambda data: data.decode())
 
-    def fake_nvrtc(tc, code, name, options):
+    def fake_nvrtc(tc, code, name, options, **_):
         calls.append(options)
         return next(o for o in options if o.startswith("--gpu-arch")).split("=")[1].encode()
 

@@ -40,8 +40,9 @@ def _check_cmd(*argv):
 
 # (command, argv with {d} = the tmp folder, words the one line must contain)
 MISTAKES = [
-    (("build_tools", ["list", "--archs", "90"]), ["--archs '90'", "sm_90a"]),
-    (("build_tools", ["generate", "--out", "{d}/g", "--archs", "91a"]), ["--archs '91a'"]),
+    # ("90" is a spelling of sm_90a now: tests/test_arch_table.py)
+    (("build_tools", ["list", "--archs", "91a"]), ["'91a'", "--archs", "sm_90a"]),
+    (("build_tools", ["generate", "--out", "{d}/g", "--archs", "91a"]), ["'91a'", "--archs"]),
     (("build_tools", ["config", "{d}/missing.toml"]), ["missing.toml", "cannot read"]),
     (
         ("build_tools", ["config", str(LLAMA)]),

@@ -10,7 +10,7 @@ import pytest
 
 from build_tools import userwheel
 from build_tools.matrix import enumerate_variants
-from build_tools.userconfig import ENV_VAR, ConfigError, load, main, parse
+from build_tools.userconfig import ENV_VAR, ConfigError, from_env, load, main, parse
 from kernels_py import all_specs
 from kernels_py.spec import DEFAULT_ARCHS
 
@@ -133,14 +133,16 @@ def test_missing_file_is_a_config_error(tmp_path):
         load(tmp_path / "nope.toml")
 
 
-def test_the_matrix_reads_the_env_var_cmake_sets(tmp_path, monkeypatch):
+def test_the_env_var_cmake_sets_reaches_the_matrix_through_from_env(tmp_path, monkeypatch):
     path = tmp_path / "m.toml"
     path.write_text('[ops.topk_gate]\nscoring = ["sigmoid"]\nspecs = [{E = 96}]')
     monkeypatch.setenv(ENV_VAR, str(path))
-    names = [p.name for p in enumerate_variants(all_specs(), ("sm_90a",))]
+    names = [p.name for p in enumerate_variants(all_specs(), ("sm_90a",), config=from_env())]
     assert names == ["topk_gate_fp32_sigmoid_any", "topk_gate_fp32_sigmoid_e96"]
-    monkeypatch.delenv(ENV_VAR)
+    # The matrix itself reads no environment (build_tools/matrix.py): the config is an argument.
     assert len(enumerate_variants(all_specs(), ("sm_90a",))) > len(names)
+    monkeypatch.delenv(ENV_VAR)
+    assert from_env() is None
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
@@ -188,6 +190,7 @@ def test_any_expert_count_is_a_topk_gate_specialisation_and_a_bad_one_fails_befo
     with pytest.raises(ConfigError) as err:
         _variants("[ops.topk_gate]\nspecs = [{E = 1024}]")
     assert str(err.value) == (
-        "test.toml: [ops.topk_gate] specs: {E = 1024}: a static E must be an expert count "
-        "1 <= E <= 512; got 1024"
+        "test.toml: [ops.topk_gate] specs: {E = 1024} cannot be built for fp32,softmax: a static "
+        "E must be an expert count 1 <= E <= 512; got 1024; remove it (the generic variant "
+        "serves these sizes)"
     )
