@@ -68,7 +68,7 @@ FIXTURE = {
     ("swiglu_per_token_cast_fp8", "bf16"): (
         "x[M,2 * H] weights[M] q[M,H] scale[M,H // 128]",
         {"H": 128},
-        [{"H": h} for h in (2048, 4096, 7168)],
+        [{"H": h} for h in (2048, 4096, 7168, 18432)],
     ),
     ("per_token_cast_fp8", "bf16,g128"): (
         "x[M,N] q[M,N] scale[M,N // 128]",
