@@ -69,8 +69,9 @@ def row_layout(n: int, vec: int) -> tuple[int, int]:
 
     The exact layout (padded length ``n``) where a power-of-two thread count divides the row
     into whole vectors with at most MAX_PER_THREAD values each; otherwise the thread count the
-    exact rule aims for (about 32 values each, 32 to 1024) over a row padded up to whole
-    thread x vector tiles. Raises ValueError when ``n`` is not a whole number of vectors.
+    exact rule aims for (about 32 values each, 32 to 1024, no more than one tile covers)
+    over a row padded up to whole thread x vector tiles. Raises ValueError when ``n`` is not
+    a whole number of vectors.
     """
     if n % vec:
         raise ValueError(f"rms_norm: a static N must be a multiple of {vec} (16 bytes); got {n}")
@@ -82,6 +83,8 @@ def row_layout(n: int, vec: int) -> tuple[int, int]:
         return threads, n
     threads = 1024
     while threads > 32 and threads * 32 > max(n, 128 * 32):
+        threads //= 2
+    while threads > 32 and threads // 2 * vec >= n:  # a short row: no idle half-blocks
         threads //= 2
     tile = threads * vec
     return threads, -(-n // tile) * tile
