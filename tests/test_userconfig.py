@@ -47,7 +47,7 @@ def test_config_narrows_keys_and_replaces_specialisations():
 @pytest.mark.parametrize(
     "table, words",
     [
-        ("[ops.rms_norm]\nspecs = [{N = 128}]", "{N = 128} cannot be built for bf16"),
+        ("[ops.rms_norm]\nspecs = [{N = 132}]", "{N = 132} cannot be built for bf16"),
         ("[ops.topk_gate]\nspecs = [{E = 60}]", "a static E must be a multiple of 32"),
         ('[ops.swiglu]\ndtype = ["fp32"]\nspecs = [{H = 1410}]', "multiple of 4 for fp32"),
     ],
