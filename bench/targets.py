@@ -15,6 +15,18 @@ NOISE = 0.05  # tileaot vs JIT of the same kernel: equal within 5 % ...
 NOISE_US = 0.5  # ... or 0.5 µs (CUDA events' resolution on a few-µs kernel)
 GEMM_SIZE, GEMM_VS_TORCH = "8192x8192x8192", 0.9
 SUITE_S = 480.0
+# Issue 20: a generic variant, at a size outside the specialised list, moves bytes at least
+# this fraction as fast as the specialised variant at a neighbouring size. (generic case,
+# specialised case), each (label, size) of bench/ops/*.py CASES.
+GENERIC_VS_SPEC = 0.9
+GENERIC_PAIRS = (
+    (("rms_norm bf16 (generic N)", "32768x3000"), ("rms_norm bf16", "32768x4096")),
+    (("swiglu bf16 (generic H)", "32768x2*1400"), ("swiglu bf16", "32768x2*2048")),
+    (
+        ("swiglu_per_token_cast_fp8 bf16 w (generic H)", "32768x2*1408"),
+        ("swiglu_per_token_cast_fp8 bf16 w", "32768x2*2048"),
+    ),
+)
 
 NOT_MEASURED = "not measured"
 
@@ -111,6 +123,31 @@ def gemm_target(result: dict) -> dict:
     return _target(name, NOT_MEASURED, None)
 
 
+def _bandwidth(result: dict, label: str, size: str) -> float | None:
+    """Bytes per µs of a timed kernel case, None where it was not measured."""
+    for row in result.get("kernels", []):
+        if (row["op"], row["size"]) == (label, size) and row.get("tileaot_us") and row["bytes"]:
+            return row["bytes"] / row["tileaot_us"]
+    return None
+
+
+def generic_targets(result: dict) -> list[dict]:
+    out = []
+    for (g_op, g_size), (s_op, s_size) in GENERIC_PAIRS:
+        name = (
+            f"{g_op} {g_size} ≥ {GENERIC_VS_SPEC:.0%} of the specialised {s_op} {s_size}"
+            " (bandwidth)"
+        )
+        generic, spec = _bandwidth(result, g_op, g_size), _bandwidth(result, s_op, s_size)
+        if generic is None or spec is None:
+            out.append(_target(name, NOT_MEASURED, None))
+            continue
+        ratio = generic / spec
+        measured = f"{generic / 1e3:.0f} vs {spec / 1e3:.0f} GB/s: {ratio:.0%}"
+        out.append(_target(name, measured, ratio >= GENERIC_VS_SPEC))
+    return out
+
+
 def graph_target(result: dict) -> dict:
     name = "CUDA-graph capture of tileaot calls works; replay timed next to eager"
     g = result.get("graphs")
@@ -137,6 +174,7 @@ def evaluate(result: dict) -> list[dict]:
         *cold_targets(result),
         *jit_targets(result),
         gemm_target(result),
+        *generic_targets(result),
         graph_target(result),
         suite_target(result),
     ]

@@ -105,7 +105,8 @@ def met_where(result: dict, words: str) -> bool | None:
 
 def test_targets_of_the_synthetic_run():
     met = judged(RESULT)
-    assert len(met) == 10
+    assert len(met) == 10 + len(targets.GENERIC_PAIRS)
+    assert met_where(RESULT, "(generic N)") is None  # not in this run
     assert met_where(RESULT, "≤ 2 µs") is True  # 1.8 µs
     assert met_where(RESULT, "below torch eager") is True
     assert met_where(RESULT, "below TileLang JIT") is True
@@ -130,6 +131,24 @@ def test_each_target_can_miss():
     met = judged(r)
     assert [name for name, m in met.items() if m] == ["host overhead below torch eager"]
     assert report.render(r).count("| **missed** |") == 9
+
+
+def test_generic_vs_specialised_bandwidth():
+    r = copy.deepcopy(RESULT)
+    (generic, gsize), (spec, ssize) = targets.GENERIC_PAIRS[1]  # swiglu 1400 vs 2048
+    rows = [
+        {"op": spec, "size": ssize, "bytes": 6 * 32768 * 2048, "tileaot_us": 100.0},
+        {"op": generic, "size": gsize, "bytes": 6 * 32768 * 1400, "tileaot_us": 75.0},
+    ]
+    r["kernels"] += rows
+    words = f"{generic} {gsize}"
+    assert met_where(r, words) is True  # 1400 / 75 against 2048 / 100: 91 %
+    rows[1]["tileaot_us"] = 80.0  # 85 %
+    assert met_where(r, words) is False
+    (t,) = [t for t in targets.evaluate(r) if words in t["target"]]
+    assert t["measured"].endswith(": 85%")
+    rows[0]["error"], rows[0]["tileaot_us"] = "VariantMissError", None
+    assert met_where(r, words) is None
 
 
 def test_cold_start_ratio_counts_time_beyond_torch():

@@ -28,7 +28,7 @@ def files(tmp_path):
     (tmp_path / "broken.toml").write_text("hidden_size = \n")
     (tmp_path / "binary.json").write_bytes(b"\x80\x81\x82\xff")
     (tmp_path / "e1000.toml").write_text("[ops.topk_gate]\nspecs = [{E = 1000}]\n")
-    (tmp_path / "n2880.toml").write_text('[ops.rms_norm]\ndtype = ["bf16"]\nspecs = [{N = 2880}]\n')
+    (tmp_path / "n2884.toml").write_text('[ops.rms_norm]\ndtype = ["bf16"]\nspecs = [{N = 2884}]\n')
     (tmp_path / "model_dir").mkdir()
     (tmp_path / "model_dir" / "config.json").write_text(LLAMA.read_text())
     return tmp_path
@@ -52,10 +52,10 @@ MISTAKES = [
         ("build_tools", ["config", "{d}/e1000.toml"]),
         ["e1000.toml", "{E = 1000}", "1 <= E <= 512", "remove it"],
     ),
-    (("build_tools", ["config", "{d}/n2880.toml"]), ["{N = 2880}", "no thread count fits N=2880"]),
+    (("build_tools", ["config", "{d}/n2884.toml"]), ["{N = 2884}", "multiple of 8 (16 bytes)"]),
     (("build_tools", ["list", "--config", "{d}/e1000.toml"]), ["e1000.toml", "1 <= E <= 512"]),
     (("build_tools", ["wheel", "--config", "{d}/missing.toml"]), ["missing.toml", "cannot read"]),
-    (("build_tools", ["wheel", "--config", "{d}/n2880.toml"]), ["n2880.toml", "N=2880"]),
+    (("build_tools", ["wheel", "--config", "{d}/n2884.toml"]), ["n2884.toml", "got 2884"]),
     (_check_cmd(str(LLAMA), "--save-config", "{d}/nowhere/x.toml"), ["nowhere", "does not exist"]),
     (_check_cmd(str(LLAMA), "--save-config", "{d}"), ["is a folder", "give a file name"]),
     (_check_cmd("{d}/not_json.json"), ["not_json.json", "not valid JSON", "TOML"]),

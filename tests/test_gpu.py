@@ -54,6 +54,9 @@ RMS_SHAPES = [
     (1024, 129),
     (2, 7),
     (300, 4096),
+    (33, 2880),  # static, padded row (no power-of-two thread count divides it)
+    (4099, 128),  # static q/k-norm head dim, padded
+    (9, 5120),
 ]
 
 

@@ -61,9 +61,11 @@ def _nan(shape, dtype):
 
 
 # ---------------------------------------------------------------- swiglu
-# (M, H): the static H (2048, 4096, 7168), generic H with 16-byte access (1408, 96), generic H
-# with scalar access (1001 always, 4100 for 2-byte dtypes), tiles that don't divide M or H.
+# (M, H): the static H (2048, 4096, 7168; bf16 also the zoo's 1408, 2816, 18432), generic H with
+# 16-byte access (1400, 96; 1408 for fp16/fp32), generic H with scalar access (1001 always, 4100
+# for 2-byte dtypes), tiles that don't divide M or H.
 SW_SHAPES = [(1, 2048), (37, 4096), (129, 7168), (3, 1408), (5, 1001), (7, 4100), (300, 96)]
+SW_SHAPES += [(3, 1400), (6, 2816), (2, 18432)]
 # More row tiles than gridDim.y allows (65535 x 4 rows): rows must ride gridDim.x.
 SW_SHAPES.append((262_147, 128))
 

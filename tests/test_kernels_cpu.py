@@ -40,6 +40,26 @@ def test_rms_norm_reference_matches_float64(dtype, n):
     torch.testing.assert_close(got.double(), want, rtol=RTOL[dtype], atol=1e-5)
 
 
+def test_rms_norm_row_layout():
+    """The sizes that fitted before keep their exact layout (and code); the others are padded
+    to whole thread x vector tiles with ~32 values per thread; N % vec != 0 is refused."""
+    for n in rms_norm.STATIC_N:
+        for itemsize in (2, 4):
+            vec = 16 // itemsize
+            assert rms_norm.row_layout(n, vec) == (rms_norm._row_threads(n, vec), n)
+    assert rms_norm.row_layout(2880, 8) == (128, 3072)
+    assert rms_norm.row_layout(5376, 8) == (128, 6144)  # exact would be 32 threads x 168
+    assert rms_norm.row_layout(128, 8) == (32, 256)
+    assert rms_norm.row_layout(1536, 8) == (64, 1536)
+    for n in (*rms_norm.STATIC_N, *rms_norm.ZOO_N, 5376, 4104, 8):
+        threads, padded = rms_norm.row_layout(n, 8)
+        assert padded >= n and padded % (threads * 8) == 0 and threads & (threads - 1) == 0
+        assert 32 <= threads <= 1024 and padded // threads <= rms_norm.MAX_PER_THREAD
+        assert threads == 32 or padded - n < padded // 2  # no idle half of the block
+    with pytest.raises(ValueError, match="multiple of 8"):
+        rms_norm.row_layout(2884, 8)
+
+
 def test_rms_norm_reference_zero_row_is_zero():
     got = rms_norm.reference(torch.zeros(2, 64), torch.ones(64), 1e-6)
     assert torch.equal(got, torch.zeros(2, 64))

@@ -139,17 +139,35 @@ def test_suggested_config_builds(model, gpu, default_build):
 
 
 def test_real_model_sizes_the_kernels_cannot_specialise_are_left_to_the_generic(default_build):
-    """gpt-oss's N = 2880 (rms_norm); Mixtral's E = 8 is specialised (any static E builds)."""
+    """A bf16 hidden size that is not a whole number of 16-byte vectors (rms_norm) is left to
+    the generic; gpt-oss's N = 2880 specialises now, and so does Mixtral's E = 8."""
     tomllib = pytest.importorskip("tomllib")
     mixtral = _model_calls.load_config(ZOO / "mixtral-8x7b.json")
     text = _check.user_config(_check.check(mixtral, default_build, "H200"))
     assert {"E": 8} in tomllib.loads(text)["ops"]["topk_gate"]["specs"]
-    gpt_oss = _model_calls.load_config(ZOO / "gpt-oss-20b.json")
-    report = _check.check(gpt_oss, default_build, "H200")
+    gpt_oss = json.loads((ZOO / "gpt-oss-20b.json").read_text())
+    report = _check.check(_model_calls.from_mapping(gpt_oss), default_build, "H200")
+    norm = next(v for v in report.verdicts if v.call.op == "rms_norm")
+    assert norm.status == "specialised" and norm.variant == "rms_norm_bf16_n2880"
+    odd = _model_calls.from_mapping({**gpt_oss, "hidden_size": 2884})
+    report = _check.check(odd, default_build, "H200")
     norm = next(v for v in report.verdicts if v.call.op == "rms_norm")
     assert norm.status == "generic" and norm.spec == {}
-    assert "no thread count fits N=2880" in norm.unbuildable
-    assert "no thread count fits N=2880" in _check.format_report(report)
+    assert "a static N must be a multiple of 8 (16 bytes); got 2884" in norm.unbuildable
+    assert "got 2884" in _check.format_report(report)
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_the_default_build_specialises_every_served_norm_and_swiglu(gpu, default_build):
+    """Issue 20 item 4 for rms_norm and swiglu: no zoo model runs their generic variant."""
+    generic = []
+    for model in EXPECTED:
+        report = _check.check(_model_calls.load_config(ZOO / f"{model}.json"), default_build, gpu)
+        for v in report.verdicts:
+            if v.call.op in ("rms_norm", "swiglu") and v.status != _check.UNSERVED:
+                if v.status != "specialised":
+                    generic.append(f"{model}: {v.call.op} {v.call.text} {v.status}")
+    assert generic == []
 
 
 def test_routing_defaults_follow_the_config_classes():

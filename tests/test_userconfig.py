@@ -47,7 +47,7 @@ def test_config_narrows_keys_and_replaces_specialisations():
 @pytest.mark.parametrize(
     "table, words",
     [
-        ("[ops.rms_norm]\nspecs = [{N = 128}]", "{N = 128} cannot be built for bf16"),
+        ("[ops.rms_norm]\nspecs = [{N = 132}]", "{N = 132} cannot be built for bf16"),
         (
             "[ops.topk_gate]\nspecs = [{E = 600}]",
             "a static E must be an expert count 1 <= E <= 512",

@@ -26,4 +26,9 @@ def _case(m: int, n: int):
 CASES = [
     ("rms_norm bf16", "32768x7168", lambda: _case(32768, 7168)),
     ("rms_norm bf16", "128x4096", lambda: _case(128, 4096)),
+    # bench/targets.py GENERIC_PAIRS: the generic variant (3000 is no specialised N) against
+    # the specialised N = 4096.
+    ("rms_norm bf16", "32768x4096", lambda: _case(32768, 4096)),
+    ("rms_norm bf16 (generic N)", "32768x3000", lambda: _case(32768, 3000)),
+    ("rms_norm bf16", "32768x2880", lambda: _case(32768, 2880)),  # static, padded row
 ]

@@ -41,6 +41,7 @@ CASES = [
         "32768x2*2048",
         lambda: _case(32768, 2048, weighted=False),
     ),
+    ("swiglu_per_token_cast_fp8 bf16 w", "32768x2*2048", lambda: _case(32768, 2048)),
     ("swiglu_per_token_cast_fp8 bf16 w (generic H)", "32768x2*1408", lambda: _case(32768, 1408)),
     ("swiglu_per_token_cast_fp8 bf16 w", "128x2*2048", lambda: _case(128, 2048)),
     (

@@ -42,9 +42,18 @@ DTYPES = ("bfloat16", "float16", "float32")
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 # Specialised intermediate sizes H (y's width; x is 2H wide). 2048 is DeepSeek-V3/R1's MoE
 # expert size (moe_intermediate_size), 4096 and 7168 the project's common sizes (and what the
-# other ops specialise). Other sizes (1408, 1536, 18432, ...) take the generic kernel, which
-# differs only by a per-vector column predicate and runtime strides.
+# other ops specialise). Other sizes take the generic kernel, which differs only by a
+# per-vector column predicate and runtime strides.
 STATIC_H = (2048, 4096, 7168)
+# The served (moe_)intermediate_size / shared-expert widths of the model zoo
+# (examples/models, SOURCES.md) beyond STATIC_H, specialised for bf16 only (every zoo model
+# runs bf16 activations): Qwen3-Next 512, Qwen3-30B-A3B 768, DeepSeek-V2-Lite / Qwen1.5-MoE
+# 1408, GLM-4.5 / Qwen3-235B 1536, Qwen2-57B 2560, DeepSeek-V2-Lite 2816 (2 shared experts)
+# and 10944, Qwen1.5-MoE 5632, Phi-3.5-MoE 6400, GLM-4.5 12288, Llama-3-8B / Mixtral-8x7B
+# 14336, Mixtral-8x22B 16384, DeepSeek-V3 18432, Qwen2-57B 20480, Llama-3-70B 28672.
+ZOO_H = (512, 768, 1408, 1536, 2560, 2816, 5632, 6400, 10944, 12288, 14336, 16384, 18432)
+ZOO_H += (20480, 28672)
+ZOO_DTYPES = ("bfloat16",)
 
 THREADS = 128
 ROWS = 4  # rows per block: 2 x ROWS 16-byte loads in flight per thread
@@ -62,6 +71,11 @@ def factory(arch: str, dtype: str, H: int | None = None):
     if H is not None and H % vec:
         raise ValueError(f"swiglu: static H={H} must be a multiple of {vec} for {dtype}")
     return _kernel(dtype, H, store_128=arch.startswith("sm_"))
+
+
+def _supports(arch: str, key, spec) -> bool:
+    """The zoo's extra sizes (ZOO_H) are built for ZOO_DTYPES only."""
+    return spec.get("H") not in ZOO_H or key["dtype"] in ZOO_DTYPES
 
 
 def silu_mul(T, g, u):
@@ -196,7 +210,8 @@ SPEC = KernelSpec(
     op="swiglu",
     factory=factory,
     keys=tuple({"dtype": d} for d in DTYPES),
-    specs=({}, *({"H": h} for h in STATIC_H)),
+    specs=({}, *({"H": h} for h in STATIC_H), *({"H": h} for h in ZOO_H)),
     reference=reference,
+    supports=_supports,
     doc="y = silu(x[:, :H]) * x[:, H:] (fp32 math); x[M, 2H] -> y[M, H].",
 )

@@ -57,8 +57,9 @@ AMAX_FLOOR = 1e-4
 GROUP = 128
 FLT_MAX = 3.4028234663852886e38
 # Specialised H (q's width): DeepSeek-V3's MoE expert size 2048, and the project's 4096 and
-# 7168 (the benchmark size). Any other multiple of 128 takes the generic kernel.
-STATIC_H = (2048, 4096, 7168)
+# 7168 (the benchmark size); 18432 is DeepSeek-V3 / Kimi-K2's dense-layer intermediate_size
+# (their fp8 checkpoints, examples/models). Any other multiple of 128 takes the generic kernel.
+STATIC_H = (2048, 4096, 7168, 18432)
 
 THREADS = 128
 ROWS = 1  # rows per block: 16 fp32 of gate+up per thread keeps registers low (occupancy)

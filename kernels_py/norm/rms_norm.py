@@ -4,7 +4,13 @@ Math is fp32 throughout; only the final store casts to the input dtype. One row 
 block (memory-bound: one read of x, one write of y, weight served from L1/L2).
 
 * Static N (``{"N": 4096}``): the whole row lives in registers as a fragment; TileLang
-  vectorises the loads/stores to 16 bytes and reduces with a block all-reduce.
+  vectorises the loads/stores to 16 bytes and reduces with a block all-reduce. The thread
+  count is a power of two (the all-reduce's butterfly) of about 32 fp32 values each. Where
+  no such count divides N into whole 16-byte vectors with at most ``MAX_PER_THREAD`` values
+  per thread (N = 2880, 5376, 128 ...), the row fragment is padded to a whole number of
+  thread x vector tiles and the padding is predicated off per 16-byte vector (loads give 0,
+  which adds nothing to the sum of squares; stores are skipped), so any N that is a whole
+  number of 16-byte vectors specialises.
 * Generic (``{}``, M and N dynamic): two passes over the row in chunks (sum of squares, then
   scale and store; the second read hits L1/L2). A runtime branch picks 16-byte vector access
   when ``N`` is a multiple of the vector width and scalar access otherwise, so any N works.
@@ -22,6 +28,13 @@ from ..spec import KernelSpec
 DTYPES = ("bfloat16", "float16", "float32")
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 STATIC_N = (2048, 4096, 7168, 8192)
+# Hidden sizes and q/k-norm head dims of the model zoo (examples/models, SOURCES.md) beyond
+# STATIC_N, specialised for bf16 only (every zoo model runs bf16 activations): 128 head_dim
+# (Qwen3, GLM-4.5 q/k norms), 512 and 1536 (DeepSeek-V2/V3 kv/q LoRA norms), 2880 (gpt-oss),
+# 3584 (Qwen2-57B), 5120 (GLM-4.5), 6144 (Mixtral-8x22B).
+ZOO_N = (128, 512, 1536, 2880, 3584, 5120, 6144)
+ZOO_DTYPES = ("bfloat16",)
+MAX_PER_THREAD = 64  # fp32 row values per thread before the padded (tail) layout is preferred
 
 GENERIC_THREADS = 128  # threads per row in the generic kernel
 GENERIC_UNROLL = 2  # 16-byte vectors per thread per chunk: two loads in flight per thread
@@ -51,11 +64,39 @@ def _row_threads(n: int, vec: int) -> int:
     return threads
 
 
+def row_layout(n: int, vec: int) -> tuple[int, int]:
+    """(threads, padded row length) of the static kernel for N = ``n``.
+
+    The exact layout (padded length ``n``) where a power-of-two thread count divides the row
+    into whole vectors with at most MAX_PER_THREAD values each; otherwise the thread count the
+    exact rule aims for (about 32 values each, 32 to 1024, no more than one tile covers)
+    over a row padded up to whole thread x vector tiles. Raises ValueError when ``n`` is not
+    a whole number of vectors.
+    """
+    if n % vec:
+        raise ValueError(f"rms_norm: a static N must be a multiple of {vec} (16 bytes); got {n}")
+    try:
+        threads = _row_threads(n, vec)
+    except ValueError:
+        threads = 0
+    if threads and n // threads <= MAX_PER_THREAD:
+        return threads, n
+    threads = 1024
+    while threads > 32 and threads * 32 > max(n, 128 * 32):
+        threads //= 2
+    while threads > 32 and threads // 2 * vec >= n:  # a short row: no idle half-blocks
+        threads //= 2
+    tile = threads * vec
+    return threads, -(-n // tile) * tile
+
+
 def _static(dtype: str, n: int):
     import tilelang.language as T
 
     vec = 16 // ITEMSIZE[dtype]
-    threads = _row_threads(n, vec)
+    threads, padded = row_layout(n, vec)
+    if padded != n:
+        return _static_padded(dtype, n, threads, padded)
     width = T.int32(vec)  # coalesced_width must be an IntImm, not a Python int
     M = T.dynamic("M")
 
@@ -78,6 +119,45 @@ def _static(dtype: str, n: int):
             rstd[0] = T.rsqrt(rstd[0] / T.float32(n) + eps)
             for j in T.Parallel(n, coalesced_width=width):
                 y[row, j] = xr[j] * rstd[0] * weight[j]
+
+    return rms_norm
+
+
+def _static_padded(dtype: str, n: int, threads: int, padded: int):
+    """The static kernel over a row fragment padded to ``padded`` = whole thread x vector tiles.
+
+    Loops run over (vector, element) so the predicate (``vector < n / vec``) is uniform
+    within each 16-byte vector and the accesses stay 16-byte wide.
+    """
+    import tilelang.language as T
+
+    vec = 16 // ITEMSIZE[dtype]
+    nvec, pvec = n // vec, padded // vec
+    width = T.int32(vec)
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def rms_norm(
+        x: T.Tensor((M, n), dtype),
+        weight: T.Tensor((n,), dtype),
+        y: T.Tensor((M, n), dtype),
+        eps: T.float32,
+    ):
+        with T.Kernel(M, threads=threads) as row:
+            xr = T.alloc_fragment((pvec, vec), "float32")
+            sq = T.alloc_fragment((pvec, vec), "float32")
+            part = T.alloc_fragment((pvec,), "float32")
+            rstd = T.alloc_fragment((1,), "float32")
+            for v, e in T.Parallel(pvec, vec, coalesced_width=width):
+                xr[v, e] = T.if_then_else(v < nvec, x[row, v * vec + e], 0)
+            for v, e in T.Parallel(pvec, vec):
+                sq[v, e] = xr[v, e] * xr[v, e]
+            T.reduce_sum(sq, part, dim=1)
+            T.reduce_sum(part, rstd, dim=0)
+            rstd[0] = T.rsqrt(rstd[0] / T.float32(n) + eps)
+            for v, e in T.Parallel(pvec, vec, coalesced_width=width):
+                if v < nvec:
+                    y[row, v * vec + e] = xr[v, e] * rstd[0] * weight[v * vec + e]
 
     return rms_norm
 
@@ -148,11 +228,17 @@ def reference(x, weight, eps: float = 1e-6):
     return (xf * rstd * weight.float()).to(x.dtype)
 
 
+def _supports(arch: str, key, spec) -> bool:
+    """The zoo's extra sizes (ZOO_N) are built for ZOO_DTYPES only."""
+    return spec.get("N") not in ZOO_N or key["dtype"] in ZOO_DTYPES
+
+
 SPEC = KernelSpec(
     op="rms_norm",
     factory=factory,
     keys=tuple({"dtype": d} for d in DTYPES),
-    specs=({}, *({"N": n} for n in STATIC_N)),
+    specs=({}, *({"N": n} for n in STATIC_N), *({"N": n} for n in ZOO_N)),
     reference=reference,
+    supports=_supports,
     doc="y = x * rsqrt(mean(x^2, -1) + eps) * weight (fp32 math); x[M, N], weight[N].",
 )

@@ -37,19 +37,14 @@ def _vec(dtype: str) -> int:
 
 
 def _rms_norm(key: list[str], spec: dict[str, int]) -> str | None:
-    """kernels_py/norm/rms_norm.py _row_threads: a power-of-two thread count dividing N / vec."""
+    """kernels_py/norm/rms_norm.py row_layout: a static N is a whole number of 16-byte vectors
+    (rows whose vectors no power-of-two thread count divides are padded, not refused)."""
     n = spec.get("N")
     if n is None:
         return None
     vec = _vec(key[0])
-    threads = 1024
-    while threads > 32 and (threads * 32 > max(n, 128 * 32) or (n // vec) % threads):
-        threads //= 2
-    if n % vec or (n // vec) % threads:
-        return (
-            f"rms_norm: no thread count fits N={n} (a specialised N / {vec} must be a "
-            "multiple of 32)"
-        )
+    if n % vec:
+        return f"rms_norm: a static N must be a multiple of {vec} (16 bytes); got {n}"
     return None
 
 

@@ -1,0 +1,137 @@
+"""The generic rms_norm / swiglu variants' SASS (issue 20, item 5), checked on the CPU.
+
+Each generic kernel is lowered by TileLang, compiled by NVRTC for sm_90a and disassembled with
+cuobjdump (+ nvdisasm): its aligned path must move data with 16-byte global loads and stores
+(LDG.E.128 / STG.E.128), and its register count must leave enough blocks per SM to keep the
+memory system busy (bytes in flight per SM of at least an H200's bandwidth x latency share).
+
+Skipped without tilelang, NVRTC, or cuobjdump/nvdisasm. They come from PyPI:
+``pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`` (both put their binaries under
+``site-packages/nvidia/cu13/bin``), or set ``TILEAOT_CUOBJDUMP`` to a cuobjdump whose folder
+also holds nvdisasm.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _lowering import lower_source, needs_tilelang
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# An H200 moves ~4.8 TB/s at ~1 µs of DRAM latency under load: ~36 KB per SM (132 SMs) must be
+# in flight to stream at full bandwidth. Ask for 32 KiB of 16-byte loads in flight per SM.
+MIN_BYTES_IN_FLIGHT = 32 * 1024
+SM90_REGS, SM90_THREADS, SM90_BLOCKS = 65536, 2048, 32  # per SM
+SM90_SMEM = 228 * 1024
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump with nvdisasm beside it (cuobjdump -sass runs nvdisasm), or None."""
+    candidates = [os.environ.get("TILEAOT_CUOBJDUMP"), shutil.which("cuobjdump")]
+    spec = importlib.util.find_spec("nvidia")
+    for root in spec.submodule_search_locations if spec else ():
+        candidates += [str(p) for p in sorted(Path(root).glob("cu*/bin/cuobjdump"))]
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            folder = Path(c).parent
+            if (folder / "nvdisasm").exists() or shutil.which("nvdisasm"):
+                return c
+    return None
+
+
+CUOBJDUMP = _cuobjdump()
+needs_cuobjdump = pytest.mark.skipif(
+    CUOBJDUMP is None,
+    reason="needs cuobjdump + nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)",
+)
+
+
+def _sass(func, name: str, tmp_path: Path) -> tuple[str, dict[str, int]]:
+    """(SASS text, resource usage {"REG": .., "SHARED": ..}) of prim_func `func` on sm_90a."""
+    compile_mod = pytest.importorskip("build_tools.compile")
+    from build_tools.cache import Cache
+
+    try:
+        compile_mod.find_toolchain("nvrtc")
+        compile_mod.kernel_include_dirs()
+    except Exception as e:  # CompileError: no NVRTC, or no tilelang headers on this machine
+        pytest.skip(f"needs NVRTC and tilelang's headers: {e}")
+    src = tmp_path / f"{name}.cu"
+    src.write_text(lower_source(func, "sm_90a", name))
+    out = tmp_path / f"{name}.cubin"
+    compile_mod.compile_source(src, "sm_90a", out, "nvrtc", cache=Cache(tmp_path / "cache"))
+    env = {**os.environ, "PATH": f"{Path(CUOBJDUMP).parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def run(*args: str) -> str:
+        return subprocess.run(
+            [CUOBJDUMP, *args, str(out)], capture_output=True, text=True, check=True, env=env
+        ).stdout
+
+    usage = re.search(r"REG:(\d+).*?SHARED:(\d+)", run("-res-usage"))
+    assert usage, "cuobjdump -res-usage printed no REG/SHARED"
+    return run("-sass"), {"REG": int(usage[1]), "SHARED": int(usage[2])}
+
+
+def _blocks_per_sm(threads: int, usage: dict[str, int]) -> int:
+    regs = -(-usage["REG"] * 32 // 256) * 256 * (threads // 32)  # allocated per warp, 256 at a time
+    by_smem = SM90_SMEM // max(usage["SHARED"] + 1024, 1)  # + 1 KiB reserved per block
+    return min(SM90_REGS // regs, SM90_THREADS // threads, SM90_BLOCKS, by_smem)
+
+
+def _accesses(sass: str) -> dict[str, int]:
+    ops = re.findall(r"\b((?:LDG|STG)\.E[A-Z0-9.]*)", sass)
+    return {
+        "ld128": sum(op.startswith("LDG.E.128") for op in ops),
+        "st128": sum(op.startswith("STG.E.128") for op in ops),
+    }
+
+
+@needs_tilelang
+@needs_cuobjdump
+def test_generic_rms_norm_streams_16_byte_vectors(tmp_path):
+    from kernels_py.norm import rms_norm
+
+    sass, usage = _sass(rms_norm.factory(arch="sm_90a", dtype="bfloat16"), "rms_g", tmp_path)
+    acc = _accesses(sass)
+    assert acc["ld128"] >= 2 and acc["st128"] >= 1, acc  # x (both passes), weight; y
+    threads = rms_norm.GENERIC_THREADS
+    blocks = _blocks_per_sm(threads, usage)
+    in_flight = blocks * threads * rms_norm.GENERIC_UNROLL * 16  # one row per block
+    assert in_flight >= MIN_BYTES_IN_FLIGHT, (usage, blocks, in_flight)
+
+
+@needs_tilelang
+@needs_cuobjdump
+def test_static_padded_rms_norm_streams_16_byte_vectors(tmp_path):
+    """N = 2880: the padded row keeps 16-byte accesses and no scalar ones."""
+    from kernels_py.norm import rms_norm
+
+    func = rms_norm.factory(arch="sm_90a", dtype="bfloat16", N=2880)
+    sass, _ = _sass(func, "rms_2880", tmp_path)
+    threads, padded = rms_norm.row_layout(2880, 8)
+    per_thread = padded // (threads * 8)  # 16-byte vectors of x per thread
+    assert _accesses(sass) == {"ld128": 2 * per_thread, "st128": per_thread}
+    assert not re.search(r"\b(?:LDG|STG)\.E\.U16", sass)
+
+
+@needs_tilelang
+@needs_cuobjdump
+def test_generic_swiglu_streams_16_byte_vectors(tmp_path):
+    from kernels_py.act import swiglu
+
+    sass, usage = _sass(swiglu.factory(arch="sm_90a", dtype="bfloat16"), "sw_g", tmp_path)
+    acc = _accesses(sass)
+    rows = swiglu.ROWS
+    assert acc["ld128"] >= 2 * rows and acc["st128"] >= rows, acc  # gate + up, y per row
+    blocks = _blocks_per_sm(swiglu.THREADS, usage)
+    in_flight = blocks * swiglu.THREADS * 2 * rows * 16
+    assert in_flight >= MIN_BYTES_IN_FLIGHT, (usage, blocks, in_flight)
