@@ -17,6 +17,7 @@ SCHEMA = OpSchema(
     dtypes={"T": ("bf16", "fp16", "fp32")},
     example={"M": 4096, "N": 4096},
 )
+_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 _INF = float("inf")
 
 
@@ -76,7 +77,7 @@ def rms_norm(
         and weight.dim() == 1  # `_C.call` checks ranks too; y's follows from x's and weight's
     ):
         y = x.new_empty(x.shape) if out is None else out
-        if _lib.fast((_OP, x.dtype), (x, weight, y), (eps,), SCHEMA.writes):
+        if _lib.fast((_OP, x.dtype), (x, weight, y), (eps,), _WRITES):
             return y
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(rms_norm, locals())
