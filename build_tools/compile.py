@@ -364,9 +364,9 @@ def prepare_source(code: str, kind: str = "nvrtc", name: str = "") -> str:
     return prelude + line + code
 
 
-def _nvrtc_compile(
-    tc: Toolchain, code: str, name: str, options: list[str], ptx: bool = False
-) -> bytes:
+def _nvrtc_compile(tc: Toolchain, code: str, name: str, options: list[str]) -> bytes:
+    """The cubin, or the PTX (NUL-terminated) when `options` target a compute_XX arch."""
+    ptx = any(o.startswith("--gpu-architecture=compute_") for o in options)
     lib = _load_nvrtc(tc.path)
     prog = ctypes.c_void_p()
 
@@ -484,7 +484,7 @@ def compile_source(
     cached = cubin is not None
     try:
         if cubin is None and tc.kind == "nvrtc":
-            cubin = _nvrtc_compile(tc, code, src.name, flags, ptx=is_ptx(arch))
+            cubin = _nvrtc_compile(tc, code, src.name, flags)
         elif cubin is None:
             cubin = _nvcc_compile(tc, code, src.name, arch, dirs)
             cubin += b"\0" if is_ptx(arch) else b""
