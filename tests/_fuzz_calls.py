@@ -384,7 +384,7 @@ def transpose(d: Draw) -> Call:
     return c
 
 
-_SINKHORN_BAD = {"repeat": [-1, 65537, 1.5, "3", True, None], "eps": BAD_EPS}
+_SINKHORN_BAD = {"repeat": [0, -1, 65537, 1.5, "3", True, None], "eps": BAD_EPS}
 
 
 def _sinkhorn64(logits: torch.Tensor, repeat: int, eps: float) -> torch.Tensor:
@@ -396,7 +396,7 @@ def _sinkhorn64(logits: torch.Tensor, repeat: int, eps: float) -> torch.Tensor:
 def sinkhorn_normalize(d: Draw) -> Call:
     n = d.size(16, big=False)
     x = d.randn((*d.lead(2, hi=5), n, n), FP32)
-    repeat, eps = d.pick([0, 1, 3, 10]), d.pick([0.0, 1e-6, 0.1])
+    repeat, eps = d.pick([1, 2, 3, 10]), d.pick([0.0, 1e-6, 0.1])
     c = Call(
         {"logits": x, "repeat": repeat, "eps": eps},
         [(x.shape, FP32)],
@@ -419,7 +419,7 @@ def sinkhorn_normalize_backward(d: Draw) -> Call:
     n = d.size(16, big=False)
     x = d.randn((*d.lead(2, hi=5), n, n), FP32)
     go = d.randn(x.shape, FP32)
-    repeat, eps = d.pick([0, 1, 3, 10]), d.pick([0.0, 1e-6, 0.1])
+    repeat, eps = d.pick([1, 2, 3, 10]), d.pick([0.0, 1e-6, 0.1])
     c = Call(
         {"grad_out": go, "logits": x, "repeat": repeat, "eps": eps},
         [(x.shape, FP32)],

@@ -100,7 +100,7 @@ CASES = [
     ("transpose", lambda: (t(16, 32),)),
     ("transpose", lambda: (t(2, 3, 5, dtype=torch.int16),)),
     ("sinkhorn_normalize", lambda: (t(8, 4, 4, dtype=F32),)),
-    ("sinkhorn_normalize", lambda: (t(3, 5, 5, dtype=F32), 0, 0.0)),
+    ("sinkhorn_normalize", lambda: (t(3, 5, 5, dtype=F32), 1, 0.0)),
     ("sinkhorn_normalize_backward", lambda: (t(8, 4, 4, dtype=F32), t(8, 4, 4, dtype=F32))),
     ("sinkhorn_normalize_backward", lambda: (t(2, 3, 3, dtype=F32), t(2, 3, 3, dtype=F32), 3)),
     ("moe_expand", lambda: (t(6, 64), idx(6, 2, 8), 8)),
