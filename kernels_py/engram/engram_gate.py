@@ -205,8 +205,8 @@ def _generic(dtype: str):
     MV = T.dynamic("MV")
     GW = T.dynamic("GW")
     H = T.dynamic("H")
-    vec_rows = _row_pass(T, H, GENERIC_THREADS * vec * GENERIC_UNROLL, T.int32(vec))
-    scalar_rows = _row_pass(T, H, GENERIC_THREADS * SCALAR_PER_THREAD, None)
+    vec_rows = _row_pass(T, H, GW, GENERIC_THREADS * vec * GENERIC_UNROLL, T.int32(vec))
+    scalar_rows = _row_pass(T, H, GW, GENERIC_THREADS * SCALAR_PER_THREAD, None)
 
     @T.prim_func
     def engram_gate(
@@ -223,27 +223,29 @@ def _generic(dtype: str):
         with T.Kernel(M, threads=GENERIC_THREADS) as row:
             vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
             T.assume((0 <= vrow) & (vrow < MV))
-            wrow = T.alloc_var("int32", init=weight_row(T, row, GW))
-            T.assume((0 <= wrow) & (wrow < GW))
             if H % vec == 0:
                 # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
                 T.assume(H % vec == 0)
-                vec_rows(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow, wrow)
+                vec_rows(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow)
             else:
-                scalar_rows(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow, wrow)
+                scalar_rows(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow)
 
     return engram_gate
 
 
-def _row_pass(T, H, chunk: int, width):
+def _row_pass(T, H, GW, chunk: int, width):
     """Macro gating one row of dynamic length H, ``chunk`` elements per step.
 
     ``width`` (an IntImm or None) is the loops' coalesced_width; it is bound here rather than
-    passed as a macro argument because macro arguments reach the loop as non-constants.
+    passed as a macro argument because macro arguments reach the loop as non-constants. The
+    weight row is bound (and its range assumed) inside the macro: an assume made outside does
+    not reach a macro argument, and the bounds check it leaves costs the loop its vectors.
     """
 
     @T.macro
-    def gate_row(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow, wrow):
+    def gate_row(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow):
+        wrow = T.alloc_var("int32", init=weight_row(T, row, GW))
+        T.assume((0 <= wrow) & (wrow < GW))
         hb = T.alloc_fragment((chunk,), h.dtype)
         kb = T.alloc_fragment((chunk,), h.dtype)
         acc_h = T.alloc_fragment((chunk,), "float32")
