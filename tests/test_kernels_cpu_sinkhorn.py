@@ -26,17 +26,21 @@ def _loop_sinkhorn(m, repeat, eps):
         mx = max(row)
         e = [pow(2.718281828459045, v - mx) for v in row]
         s = sum(e)
-        p.append([v / s for v in e])
-    for _ in range(repeat):
-        cols = [sum(p[i][j] for i in range(n)) + eps for j in range(n)]
-        p = [[p[i][j] / cols[j] for j in range(n)] for i in range(n)]
-        rows = [sum(p[i]) + eps for i in range(n)]
-        p = [[p[i][j] / rows[i] for j in range(n)] for i in range(n)]
+        p.append([v / s + eps for v in e])
+
+    def cols(p):
+        c = [sum(p[i][j] for i in range(n)) + eps for j in range(n)]
+        return [[p[i][j] / c[j] for j in range(n)] for i in range(n)]
+
+    p = cols(p)
+    for _ in range(repeat - 1):
+        r = [sum(p[i]) + eps for i in range(n)]
+        p = cols([[p[i][j] / r[i] for j in range(n)] for i in range(n)])
     return p
 
 
 @pytest.mark.parametrize(
-    ("n", "repeat", "eps"), [(4, 0, 1e-6), (4, 3, 1e-6), (8, 5, 0.1), (3, 2, 0)]
+    ("n", "repeat", "eps"), [(4, 1, 1e-6), (4, 3, 1e-6), (8, 5, 0.1), (3, 2, 0)]
 )
 def test_reference_matches_a_hand_written_loop(n, repeat, eps):
     logits = torch.randn(3, n, n) * 3
@@ -47,15 +51,20 @@ def test_reference_matches_a_hand_written_loop(n, repeat, eps):
         torch.testing.assert_close(got[t].double(), want, rtol=1e-6, atol=1e-7)
 
 
-def test_reference_rows_sum_to_one_and_columns_converge():
+def test_reference_columns_sum_to_one_and_rows_converge():
     logits = torch.randn(64, 4, 4) * 2
     ones = torch.ones(64, 4, dtype=torch.float64)
     deviation = []
     for repeat in (1, 10, 100, 1000):
         p = fwd.reference(logits, repeat=repeat, eps=0.0).double()
-        torch.testing.assert_close(p.sum(-1), ones, rtol=0, atol=1e-6)
-        deviation.append((p.sum(-2) - 1).abs().max().item())
+        torch.testing.assert_close(p.sum(-2), ones, rtol=0, atol=1e-6)
+        deviation.append((p.sum(-1) - 1).abs().max().item())
     assert deviation == sorted(deviation, reverse=True) and deviation[-1] < 1e-5
+
+
+def test_reference_rejects_repeat_below_one():
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
+        fwd.reference(torch.randn(2, 4, 4), repeat=0)
 
 
 def test_backward_reference_matches_finite_differences():
@@ -89,32 +98,35 @@ def _replay_backward(grad_out, logits, repeat, eps, seg):
     """What sinkhorn_normalize_backward computes, step for step, batched over matrices."""
     p0 = torch.softmax(logits, -1)
     g = grad_out
-    segments = -(-repeat // seg)
+    pairs = repeat - 1
+    segments = -(-pairs // seg)
     for sg in range(segments):
         lo = (segments - 1 - sg) * seg
-        x = p0
+        x = _col_step(p0 + eps, eps)[0]
         for _ in range(lo):  # recompute up to the segment
-            x = _row_step(_col_step(x, eps)[0], eps)[0]
+            x = _col_step(_row_step(x, eps)[0], eps)[0]
         ckpt = {}
         for r in range(seg):  # through it, checkpointing
-            if lo + r < repeat:
+            if lo + r < pairs:
                 ckpt[r] = x
-                x = _row_step(_col_step(x, eps)[0], eps)[0]
+                x = _col_step(_row_step(x, eps)[0], eps)[0]
         for r in reversed(range(seg)):  # and back
-            if lo + r < repeat:
-                y, rc = _col_step(ckpt[r], eps)
-                z, rr = _row_step(y, eps)
-                g = (g - (g * z).sum(-1, keepdim=True)) * rr
-                g = (g - (g * y).sum(-2, keepdim=True)) * rc
+            if lo + r < pairs:
+                y, rr = _row_step(ckpt[r], eps)
+                z, rc = _col_step(y, eps)
+                g = (g - (g * z).sum(-2, keepdim=True)) * rc
+                g = (g - (g * y).sum(-1, keepdim=True)) * rr
+    x1, rc = _col_step(p0 + eps, eps)
+    g = (g - (g * x1).sum(-2, keepdim=True)) * rc
     return p0 * (g - (g * p0).sum(-1, keepdim=True))
 
 
 @pytest.mark.parametrize("n", [4, 8, None])
-@pytest.mark.parametrize("repeat_from_seg", [(0, 0), (0, 1), (1, -1), (1, 0), (1, 1), (2, 3)])
-def test_backward_algorithm_matches_autograd(n, repeat_from_seg):
+@pytest.mark.parametrize("pairs_from_seg", [(0, 0), (0, 1), (1, -1), (1, 0), (1, 1), (2, 3)])
+def test_backward_algorithm_matches_autograd(n, pairs_from_seg):
     seg = bwd.segment(n)
-    k, extra = repeat_from_seg
-    repeat = k * seg + extra
+    k, extra = pairs_from_seg
+    repeat = 1 + k * seg + extra
     size = 5 if n is None else n
     logits = torch.randn(16, size, size, dtype=torch.float64) * 2
     grad_out = torch.randn_like(logits)
@@ -154,7 +166,7 @@ def test_lower_forward_n4_is_registers_shuffles_and_16_byte_rows():
     assert "__shfl_xor_sync" in src and "__frcp_rn" in src and "expf(" in src
     assert "__expf" not in src and "__shared__" not in src
     assert src.count("*(float4*)(logits + ") == 1 and src.count("*(float4*)(out + ") == 1
-    assert "for (int __1 = 0; __1 < repeat; ++__1)" in src  # repeat is a runtime loop
+    assert "(repeat - 1)" in src  # repeat is a runtime loop
 
 
 @needs_tilelang

@@ -40,8 +40,9 @@ BAD_CALLS = [
     ("rep-float", lambda: sk(L(2, 4, 4), 10.0), TypeError, r"repeat must be an int, got float"),
     ("rep-bool", lambda: sk(L(2, 4, 4), True), TypeError, r"repeat must be an int, got bool"),
     ("rep-none", lambda: sk(L(2, 4, 4), None), TypeError, r"repeat must be an int, got NoneType"),
-    ("rep-neg", lambda: sk(L(2, 4, 4), -1), ValueError, r"repeat must be in \[0, 65536\]; got -1"),
-    ("rep-big", lambda: sk(L(2, 4, 4), 2**16 + 1), ValueError, r"repeat must be in \[0, 65536\]"),
+    ("rep-neg", lambda: sk(L(2, 4, 4), -1), ValueError, r"repeat must be in \[1, 65536\]; got -1"),
+    ("rep-big", lambda: sk(L(2, 4, 4), 2**16 + 1), ValueError, r"repeat must be in \[1, 65536\]"),
+    ("rep-zero", lambda: sk(L(2, 4, 4), 0), ValueError, r"repeat must be in \[1, 65536\]; got 0"),
     ("eps-str", lambda: sk(L(2, 4, 4), 3, "0"), TypeError, r"eps must be a real number"),
     ("eps-neg", lambda: sk(L(2, 4, 4), 3, -1e-6), ValueError, r"eps must be finite and >= 0"),
     ("eps-nan", lambda: sk(L(2, 4, 4), 3, math.nan), ValueError, r"eps must be finite"),
@@ -98,6 +99,7 @@ BAD_CALLS = [
     ),
     ("b-x-n32", lambda: skb(L(1, 32, 32), L(1, 32, 32)), ValueError, r"N <= 16"),
     ("b-rep-neg", lambda: skb(L(2, 4, 4), L(2, 4, 4), -2), ValueError, r"repeat must be in"),
+    ("b-rep-zero", lambda: skb(L(2, 4, 4), L(2, 4, 4), 0), ValueError, r"repeat must be in \[1,"),
     ("b-eps-bool", lambda: skb(L(2, 4, 4), L(2, 4, 4), 3, True), TypeError, r"eps must be a real"),
     (
         "b-g-strided",
@@ -160,7 +162,7 @@ def test_forward_launch_arguments(fake, cpu_as_cuda, shape):
     assert type(repeat) is int and type(eps) is float
 
 
-@pytest.mark.parametrize("repeat", [0, 1, 65536, torch.tensor(3).numpy()[()]])
+@pytest.mark.parametrize("repeat", [1, 2, 65536, torch.tensor(3).numpy()[()]])
 @pytest.mark.parametrize("eps", [0, 1e-6, 0.5])
 def test_scalars_are_passed_as_int_and_float(fake, cpu_as_cuda, repeat, eps):
     sk(L(2, 4, 4), repeat, eps)

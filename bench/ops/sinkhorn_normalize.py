@@ -14,11 +14,12 @@ import torch
 REPEAT, EPS = 20, 1e-6
 
 
-def _torch_forward(x):
-    p = torch.softmax(x, dim=-1)
-    for _ in range(REPEAT):
-        p = p / (p.sum(dim=-2, keepdim=True) + EPS)
+def _torch_forward(x):  # TileKernels' sinkhorn_normalize_ref
+    p = torch.softmax(x, dim=-1) + EPS
+    p = p / (p.sum(dim=-2, keepdim=True) + EPS)
+    for _ in range(REPEAT - 1):
         p = p / (p.sum(dim=-1, keepdim=True) + EPS)
+        p = p / (p.sum(dim=-2, keepdim=True) + EPS)
     return p
 
 

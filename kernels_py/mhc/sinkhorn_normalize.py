@@ -1,13 +1,18 @@
 """Sinkhorn normalisation of small square matrices (the mHC mixing matrices), forward.
 
-For each matrix ``L = logits[t]`` (``N x N``, float32), with runtime ``repeat >= 0`` and
-``eps >= 0``, exactly this sequence in float32::
+TileKernels' algorithm (`tile-kernels` 1.0.0: `tile_kernels.torch.mhc.sinkhorn_normalize_ref`,
+the kernel behind `tile_kernels.modeling.mhc.ops.sinkhorn_normalize`). For each matrix
+``L = logits[t]`` (``N x N``, float32), with runtime ``repeat >= 1`` and ``eps >= 0``, this
+sequence in float32::
 
-    P = softmax(L, dim=-1)                      # row softmax, max-subtracted, no eps
-    for _ in range(repeat):
-        P = P / (P.sum(dim=-2, keepdim=True) + eps)   # columns
-        P = P / (P.sum(dim=-1, keepdim=True) + eps)   # rows
+    P = softmax(L, dim=-1) + eps                       # row softmax (max-subtracted), + eps
+    P = P / (P.sum(dim=-2, keepdim=True) + eps)        # columns
+    for _ in range(repeat - 1):
+        P = P / (P.sum(dim=-1, keepdim=True) + eps)    # rows
+        P = P / (P.sum(dim=-2, keepdim=True) + eps)    # columns
     out[t] = P
+
+so ``repeat`` counts column normalisations and the last step normalises columns.
 
 Layout: one matrix per group of ``G`` lanes, one row per lane, everything in registers
 (``G = N`` for the specialised N = 4 and N = 8; ``G = 16`` for the generic variant, any
@@ -19,8 +24,9 @@ block, ``128 / G`` matrices per block, ``ceil(T / (128 / G))`` blocks.
 
 Division is a correctly rounded reciprocal (``__frcp_rn``) per sum and a multiply per element,
 and ``exp`` is CUDA's ``expf``: results differ from the float64 reference by a few float32 ulps
-(see the GPU tests for the bound). Inactive lanes (past T, or past N in the generic variant)
-run the same instructions on zeros so that every shuffle has all its lanes; they store nothing.
+(see the GPU tests for the bound; TileKernels' own test compares with torch's default float32
+``assert_close`` tolerances). Inactive lanes (past T, or past N in the generic variant) run the
+same instructions on zeros so that every shuffle has all its lanes; they store nothing.
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
@@ -70,9 +76,11 @@ def factory(arch: str, dtype: str, N: int | None = None):
             rc = T.alloc_local((g,), "float32")
             rr = T.alloc_local((1,), "float32")
             ops.load_softmax(logits, p, m, i, M, NN)
-            for _ in T.serial(repeat):
-                ops.col_step(p, rc, i, eps, NN)
+            ops.add_eps(p, i, eps, NN)
+            ops.col_step(p, rc, i, eps, NN)
+            for _ in T.serial(repeat - 1):
                 ops.row_step(p, rr, i, eps, NN)
+                ops.col_step(p, rc, i, eps, NN)
             ops.store(out, p, m, i, M, NN)
 
     return sinkhorn_normalize
@@ -90,6 +98,7 @@ class RowOps:
         self.log2g = int(math.log2(g))
         assert 1 << self.log2g == g
         self.load_softmax = self._load_softmax()
+        self.add_eps = self._add_eps()
         self.col_step = self._col_step()
         self.row_step = self._row_step()
         self.store = self._store()
@@ -146,6 +155,17 @@ class RowOps:
                 p[j] = self.keep((i < N) & (j < N), p[j] * s[0])
 
         return load_softmax
+
+    def _add_eps(self):
+        """Macro: ``p += eps`` on the entries that exist (padding stays 0)."""
+        T, g = self.T, self.g
+
+        @T.macro
+        def add_eps(p, i, eps, N):
+            for j in T.unroll(g):
+                p[j] = self.keep((i < N) & (j < N), p[j] + eps)
+
+        return add_eps
 
     def _col_sum(self):
         """Macro: ``out[j] = sum over the group's lanes of v[j]`` (XOR butterfly)."""
@@ -212,10 +232,13 @@ def sinkhorn(logits, repeat: int, eps: float):
     """The documented sequence in torch, in the dtype of `logits` (differentiable)."""
     import torch
 
-    p = torch.softmax(logits, dim=-1)
-    for _ in range(repeat):
-        p = p / (p.sum(dim=-2, keepdim=True) + eps)
+    if repeat < 1:
+        raise ValueError(f"sinkhorn: repeat must be >= 1; got {repeat}")
+    p = torch.softmax(logits, dim=-1) + eps
+    p = p / (p.sum(dim=-2, keepdim=True) + eps)
+    for _ in range(repeat - 1):
         p = p / (p.sum(dim=-1, keepdim=True) + eps)
+        p = p / (p.sum(dim=-2, keepdim=True) + eps)
     return p
 
 
@@ -232,5 +255,6 @@ SPEC = KernelSpec(
     keys=({"dtype": "float32"},),
     specs=({}, *({"N": n} for n in STATIC_N)),
     reference=reference,
-    doc="softmax rows, then repeat x (columns / (sum + eps), rows / (sum + eps)); [T, N, N].",
+    doc="TileKernels' sinkhorn: softmax rows + eps, columns, then (rows, columns) x (repeat - 1); "
+    "[T, N, N].",
 )

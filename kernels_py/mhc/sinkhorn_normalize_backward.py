@@ -1,22 +1,25 @@
 """Sinkhorn normalisation, backward: ``grad_logits`` from ``grad_out`` (see sinkhorn_normalize.py).
 
-Nothing is saved by the forward: this kernel recomputes it. Per matrix (one row per lane,
-as in the forward), with ``X_r`` the state before pair ``r`` (a column step, then a row step)::
+TileKernels' algorithm (its backward kernel keeps every intermediate in shared memory; this one
+recomputes them). Nothing is saved by the forward. Per matrix (one row per lane, as in the
+forward), with ``P0 = softmax(L)``, ``X_1 = colnorm(P0 + eps)`` and ``X_r`` the state before
+pair ``r`` (a row step, then a column step; ``repeat - 1`` pairs)::
 
-    col step:  c_j = 1 / (sum_i X_ij + eps),   Y = X * c
-    row step:  d_i = 1 / (sum_j Y_ij + eps),   Z = Y * d
-    backward:  dY = d * (G - rowsum(G * Z))            (G = dL/dZ)
-               dX = c * (dY - colsum(dY * Y))
-    softmax:   dL = P0 * (G0 - rowsum(G0 * P0))
+    row step:  d_i = 1 / (sum_j X_ij + eps),   Y = X * d
+    col step:  c_j = 1 / (sum_i Y_ij + eps),   Z = Y * c
+    backward:  dY = c * (G - colsum(G * Z))            (G = dL/dZ)
+               dX = d * (dY - rowsum(dY * Y))
+    first col step (A = P0 + eps, X_1 = A * c0):  dA = c0 * (G - colsum(G * X_1))
+    + eps: identity;  softmax:  dL = P0 * (dA - rowsum(dA * P0))
 
 Pairs are processed in segments of ``S`` (64 registers per lane of checkpoints: S = 16 pairs
 for N = 4, 8 for N = 8, 4 for the generic N <= 16), last segment first. For each segment the
-forward is recomputed from ``P0 = softmax(L)`` up to the segment's start (runtime loop), then
-through the segment storing each ``X_r`` in registers (unrolled, compile-time indices), then the
-segment is back-propagated pair by pair, each pair's ``c``, ``Y``, ``d``, ``Z`` recomputed from
-its checkpoint with the forward's own instructions (bit-identical states). Cost: about
-``2 * repeat + repeat**2 / (2 * S)`` pair evaluations, e.g. 56 for repeat = 20 and N = 4
-(the forward: 20); any ``repeat`` works, nothing is capped.
+forward is recomputed from ``P0`` (kept in registers) up to the segment's start (runtime loop),
+then through the segment storing each ``X_r`` in registers (unrolled, compile-time indices),
+then the segment is back-propagated pair by pair, each pair's ``d``, ``Y``, ``c``, ``Z``
+recomputed from its checkpoint with the forward's own instructions (bit-identical states).
+Cost: about ``2 * repeat + repeat**2 / (2 * S)`` pair evaluations, e.g. 56 for repeat = 20 and
+N = 4 (the forward: 20); any ``repeat`` works, nothing is capped.
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
@@ -47,6 +50,15 @@ def factory(arch: str, dtype: str, N: int | None = None):
     NN = T.dynamic("N") if N is None else N
     per_block = THREADS // g
 
+    @T.macro
+    def col_back(gr, z, rc, dot, i, N):
+        """``gr = rc * (gr - colsum(gr * z))``, ``z`` the column step's output (clobbered)."""
+        for j in T.unroll(g):
+            z[j] = gr[j] * z[j]
+        ops.col_sum(z, dot)
+        for j in T.unroll(g):
+            gr[j] = ops.keep((i < N) & (j < N), (gr[j] - dot[j]) * rc[j])
+
     @T.prim_func
     def sinkhorn_normalize_backward(
         grad_out: T.Tensor((M, NN, NN), "float32"),
@@ -62,47 +74,52 @@ def factory(arch: str, dtype: str, N: int | None = None):
             p0 = T.alloc_local((g,), "float32")  # softmax(L)
             gr = T.alloc_local((g,), "float32")  # the running gradient
             x = T.alloc_local((g,), "float32")  # the state
-            y = T.alloc_local((g,), "float32")  # a col step's output
+            y = T.alloc_local((g,), "float32")  # a row step's output
             rc = T.alloc_local((g,), "float32")
             rr = T.alloc_local((1,), "float32")
             dot = T.alloc_local((g,), "float32")
             ckpt = T.alloc_local((seg, g), "float32")
             ops.load_softmax(logits, p0, m, i, M, NN)
             ops.load_row(grad_out, gr, m, i, M, NN, 0.0)
-            segments = T.ceildiv(repeat, seg)
+            pairs = repeat - 1
+            segments = T.ceildiv(pairs, seg)
             for sg in T.serial(segments):
                 lo = (segments - 1 - sg) * seg
                 for j in T.unroll(g):
                     x[j] = p0[j]
+                ops.add_eps(x, i, eps, NN)
+                ops.col_step(x, rc, i, eps, NN)
                 for _ in T.serial(lo):
-                    ops.col_step(x, rc, i, eps, NN)
                     ops.row_step(x, rr, i, eps, NN)
+                    ops.col_step(x, rc, i, eps, NN)
                 for r in T.unroll(seg):
-                    if lo + r < repeat:
+                    if lo + r < pairs:
                         for j in T.unroll(g):
                             ckpt[r, j] = x[j]
-                        ops.col_step(x, rc, i, eps, NN)
                         ops.row_step(x, rr, i, eps, NN)
+                        ops.col_step(x, rc, i, eps, NN)
                 for rb in T.unroll(seg):
-                    if lo + (seg - 1 - rb) < repeat:
+                    if lo + (seg - 1 - rb) < pairs:
                         for j in T.unroll(g):
                             x[j] = ckpt[seg - 1 - rb, j]
-                        ops.col_step(x, rc, i, eps, NN)
+                        ops.row_step(x, rr, i, eps, NN)
                         for j in T.unroll(g):
                             y[j] = x[j]
-                        ops.row_step(x, rr, i, eps, NN)
-                        # Row step: dY = d * (G - rowsum(G * Z)); x holds Z.
-                        dot[0] = gr[0] * x[0]
+                        ops.col_step(x, rc, i, eps, NN)
+                        # Column step: dY = c * (G - colsum(G * Z)); x holds Z.
+                        col_back(gr, x, rc, dot, i, NN)
+                        # Row step: dX = d * (dY - rowsum(dY * Y)).
+                        dot[0] = gr[0] * y[0]
                         for j in T.unroll(1, g):
-                            dot[0] = dot[0] + gr[j] * x[j]
+                            dot[0] = dot[0] + gr[j] * y[j]
                         for j in T.unroll(g):
                             gr[j] = ops.keep((i < NN) & (j < NN), (gr[j] - dot[0]) * rr[0])
-                        # Column step: dX = c * (dY - colsum(dY * Y)).
-                        for j in T.unroll(g):
-                            x[j] = gr[j] * y[j]
-                        ops.col_sum(x, dot)
-                        for j in T.unroll(g):
-                            gr[j] = ops.keep((i < NN) & (j < NN), (gr[j] - dot[j]) * rc[j])
+            # The first column step (of A = P0 + eps); the + eps passes the gradient through.
+            for j in T.unroll(g):
+                x[j] = p0[j]
+            ops.add_eps(x, i, eps, NN)
+            ops.col_step(x, rc, i, eps, NN)
+            col_back(gr, x, rc, dot, i, NN)
             # Softmax: dL = P0 * (G - rowsum(G * P0)).
             dot[0] = gr[0] * p0[0]
             for j in T.unroll(1, g):

@@ -31,15 +31,19 @@ def sinkhorn_normalize(
 ) -> torch.Tensor:
     """Sinkhorn-normalise each ``N x N`` matrix of `logits` towards a doubly stochastic one.
 
-    For each matrix, in float32, exactly::
+    TileKernels' mHC Sinkhorn (`tile-kernels` 1.0.0: ``sinkhorn_normalize`` in
+    ``tile_kernels.modeling.mhc.ops``, reference ``tile_kernels.torch.sinkhorn_normalize_ref``;
+    same name, arguments and defaults). For each matrix, in float32::
 
-        P = softmax(logits, dim=-1)                        # row softmax, max-subtracted
-        for _ in range(repeat):
-            P = P / (P.sum(dim=-2, keepdim=True) + eps)    # normalise columns
-            P = P / (P.sum(dim=-1, keepdim=True) + eps)    # then rows
+        P = softmax(logits, dim=-1) + eps                  # row softmax (max-subtracted), + eps
+        P = P / (P.sum(dim=-2, keepdim=True) + eps)        # normalise columns
+        for _ in range(repeat - 1):
+            P = P / (P.sum(dim=-1, keepdim=True) + eps)    # rows
+            P = P / (P.sum(dim=-2, keepdim=True) + eps)    # then columns
 
-    so every row of the result sums to ``1 - O(eps)`` and columns approach 1 as `repeat`
-    grows. Results match a float64 evaluation to about 1e-6 relative (float32 rounding).
+    so every column of the result sums to ``1 - O(eps)`` and rows approach 1 as `repeat`
+    grows. Results match a float64 evaluation to about 1e-6 relative (float32 rounding), within
+    the float32 tolerances of ``torch.testing.assert_close`` that TileKernels' test uses.
 
     Differentiable: if `logits` requires grad (and grad mode is on), the result carries a
     ``grad_fn`` whose backward is :func:`tileaot.sinkhorn_normalize_backward` (the forward is
@@ -49,8 +53,9 @@ def sinkhorn_normalize(
         logits: CUDA tensor ``[..., N, N]`` (leading dims are a batch of T matrices),
             ``torch.float32``, ``1 <= N <= 16`` (N = 4 and N = 8 have the fastest kernels),
             contiguous, with a 16-byte-aligned data pointer.
-        repeat: number of (column, row) normalisation pairs, an int in ``[0, 65536]``; 0
-            returns the row softmax.
+        repeat: number of column normalisations (the first, then ``repeat - 1`` (row,
+            column) pairs), an int in ``[1, 65536]``. (TileKernels computes the same for 0 as
+            for 1; 0 is rejected here rather than silently meaning 1.)
         eps: added to every sum before dividing; a finite float ``>= 0``.
         out: optional tensor to write into instead of allocating: same shape, dtype and device
             as `logits`, contiguous, aligned, not overlapping it. Not allowed when the call
@@ -64,7 +69,7 @@ def sinkhorn_normalize(
         TypeError: `logits`/`out` is not a tensor or not float32; `repeat` is not an int;
             `eps` is not a real number.
         ValueError: `logits` has fewer than 2 dims, non-square last dims or N > 16; `repeat`
-            outside [0, 65536]; `eps` < 0 or not finite; a tensor is not on a CUDA device (the
+            outside [1, 65536]; `eps` < 0 or not finite; a tensor is not on a CUDA device (the
             same one), not contiguous or not 16-byte aligned; a size reaches 2**31; `out` has
             the wrong shape, overlaps `logits`, or is given while a gradient is recorded.
         ImportError: the native module is not built (a source checkout).
@@ -79,14 +84,14 @@ def sinkhorn_normalize(
         >>> import torch, tileaot
         >>> logits = torch.randn(32768, 4, 4, device="cuda", requires_grad=True)
         >>> p = tileaot.sinkhorn_normalize(logits, repeat=20, eps=1e-6)
-        >>> p.sum(dim=-1)  # ~1
+        >>> p.sum(dim=-2)  # ~1
         >>> p.square().sum().backward()  # logits.grad via sinkhorn_normalize_backward
     """
     if (
         type(logits) is _arrays.Tensor
         and type(repeat) is int
         and type(eps) is float
-        and 0 <= repeat <= MAX_REPEAT
+        and 1 <= repeat <= MAX_REPEAT
         and 0.0 <= eps < _INF
         and logits.dim() == 3
         and logits.shape[2] <= MAX_N
@@ -125,8 +130,8 @@ def check_args(name: str, logits: Any, repeat: Any, eps: Any) -> tuple[int, int,
             repeat = operator.index(repeat)
         except TypeError:
             raise TypeError(f"repeat must be an int, got {type(repeat).__name__}") from None
-    if not 0 <= repeat <= MAX_REPEAT:
-        raise ValueError(f"repeat must be in [0, {MAX_REPEAT}]; got {repeat}")
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise ValueError(f"repeat must be in [1, {MAX_REPEAT}]; got {repeat}")
     if type(eps) is not float or not 0.0 <= eps < _INF:
         eps = _validate.nonneg_float("eps", eps)
     return n, repeat, eps

@@ -24,19 +24,21 @@ def sinkhorn_normalize_backward(
 ) -> torch.Tensor:
     """``grad_logits`` of :func:`tileaot.sinkhorn_normalize` for the incoming ``grad_out``.
 
-    The vector-Jacobian product of ``P = sinkhorn_normalize(logits, repeat, eps)``: back-
-    propagation through each of the ``2 * repeat`` normalisation steps and the row softmax,
-    in float32. The forward is recomputed inside the kernel (checkpointed every 16, 8 or 4
-    pairs for N = 4, 8 and the rest), so nothing from the forward call is needed; the cost
-    is roughly ``2 * repeat + repeat**2 / 32`` pair evaluations for N = 4 (the forward: repeat).
-    Matches float64 autograd of the documented forward to about 1e-6 relative (float32).
+    The vector-Jacobian product of ``P = sinkhorn_normalize(logits, repeat, eps)`` (TileKernels'
+    algorithm, see there): back-propagation through each of the ``2 * repeat - 1``
+    normalisation steps, the ``+ eps`` and the row softmax, in float32. The forward is
+    recomputed inside the kernel (checkpointed every 16, 8 or 4 pairs for N = 4, 8 and the
+    rest), so nothing from the forward call is needed; the cost is roughly
+    ``2 * repeat + repeat**2 / 32`` pair evaluations for N = 4 (the forward: repeat). Matches
+    float64 autograd of the documented forward to about 1e-6 relative (float32), as
+    TileKernels' backward matches autograd of its reference.
 
     Args:
         grad_out: CUDA tensor ``[..., N, N]``, ``torch.float32``, the gradient of a loss with
             respect to ``P``; contiguous, with a 16-byte-aligned data pointer.
         logits: the forward's input: the shape, dtype and device of `grad_out`, contiguous,
             aligned; ``1 <= N <= 16``.
-        repeat: the forward's `repeat`, an int in ``[0, 65536]``.
+        repeat: the forward's `repeat`, an int in ``[1, 65536]``.
         eps: the forward's `eps`, a finite float ``>= 0``.
         out: optional tensor to write into instead of allocating: the shape, dtype and device
             of `logits`, contiguous, aligned, overlapping neither input.
@@ -49,7 +51,7 @@ def sinkhorn_normalize_backward(
         TypeError: a tensor argument is not a tensor or not float32; `repeat` is not an int;
             `eps` is not a real number.
         ValueError: `logits` is not ``(..., N, N)`` with N <= 16; `grad_out` has another
-            shape; `repeat` outside [0, 65536]; `eps` < 0 or not finite; a tensor is not on a CUDA
+            shape; `repeat` outside [1, 65536]; `eps` < 0 or not finite; a tensor is not on a CUDA
             device (the same one), not contiguous or not 16-byte aligned; a size reaches
             2**31; `out` has the wrong shape or overlaps an input.
         ImportError: the native module is not built (a source checkout).
