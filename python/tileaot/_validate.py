@@ -194,6 +194,13 @@ def check_no_overlap(
                 )
 
 
+def dense(t: Any) -> Any:
+    """`t` contiguous and 16-byte aligned (autograd may hand over expanded or offset views):
+    a copy only where it is not."""
+    t = t.contiguous()
+    return t.clone() if t.data_ptr() % ALIGN else t
+
+
 def nonneg_float(name: str, value: Any) -> float:
     """`value` as a finite float >= 0 (the slow path behind the ops' `type(v) is float` check)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

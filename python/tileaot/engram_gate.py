@@ -4,18 +4,16 @@ TileKernels' semantics (`tile-kernels` 1.0.0, `tile_kernels.modeling.engram.engr
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
+from ._engram_args import _INF, _INPUTS, check_inputs
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "engram_gate"
 _DTYPES = ("bf16", "fp32")
-_INF = float("inf")
-_INPUTS = ("h", "k", "v", "w_h", "w_k")
 _WRITES_OUT_GATE = 0b1100000  # `_lib.fast`: tensors (h, k, v, w_h, w_k, out, gate)
 
 
@@ -169,60 +167,6 @@ def _needs_autograd(*tensors: Any) -> bool:
     return fw.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any, clamp: Any):
-    """Shared by forward and backward: shapes, memory, eps and clamp_value (dtypes are checked
-    before).
-
-    Returns ``(rows, H, v_rows, w_rows, device, eps, clamp)``: v_rows is rows unless v is
-    shared; w_rows is G for per-branch weights ``[G, H]``, 1 for shared ones ``(H,)``.
-    """
-    if type(eps) is not float or not 0.0 <= eps < _INF:
-        eps = _validate.nonneg_float("eps", eps)
-    if type(clamp) is not float or not 0.0 <= clamp < _INF:
-        clamp = _validate.nonneg_float("clamp_value", clamp)
-    shape = h.shape
-    if not shape:
-        raise ValueError("h must have shape (..., H); got a 0-d tensor")
-    n = shape[-1]
-    if n == 0:
-        raise ValueError(
-            f"h has shape {tuple(shape)}: H (the last dim) must be >= 1, the gate of an empty "
-            "row is undefined"
-        )
-    if k.shape != shape:
-        raise ValueError(f"k must have the shape of h {tuple(shape)}; got {tuple(k.shape)}")
-    v_rows = _value_rows(shape, v.shape)
-    per_branch = tuple(shape[-2:]) if len(shape) >= 2 else None
-    if tuple(w_h.shape) not in ((n,), per_branch):
-        what = f"{per_branch} (one row per branch) or ({n},)" if per_branch else f"({n},)"
-        raise ValueError(
-            f"w_h must have shape {what} to match h {tuple(shape)}; got {tuple(w_h.shape)}"
-        )
-    if w_k.shape != w_h.shape:
-        raise ValueError(
-            f"w_k must have the shape of w_h {tuple(w_h.shape)}; got {tuple(w_k.shape)}"
-        )
-    device = _validate.check_memory(_INPUTS, (h, k, v, w_h, w_k))
-    w_rows = 1 if w_h.dim() == 1 else shape[-2]
-    return h.numel() // n, n, v_rows, w_rows, device, eps, clamp
-
-
-def _value_rows(shape: tuple, v_shape: tuple) -> int:
-    """Rows of v: h's rows, or one per run of ``shape[-2]`` rows when v is shared."""
-    rows = math.prod(v_shape[:-1])
-    if v_shape == shape:
-        return rows
-    if len(shape) < 2:
-        raise ValueError(f"v must have the shape of h {tuple(shape)}; got {tuple(v_shape)}")
-    shared = (*shape[:-2], 1, shape[-1])
-    if tuple(v_shape) == shared:
-        return rows
-    raise ValueError(
-        f"v must have the shape of h {tuple(shape)} or {shared} (one row shared by the "
-        f"{shape[-2]} rows of h.shape[-2]); got {tuple(v_shape)}"
-    )
-
-
 def _forward(key, h, k, v, w_h, w_k, eps, clamp, out, return_gate=False):
     """Validate, allocate, launch: ``(out, gate)``."""
     fw = _arrays.namespace(h)
@@ -289,19 +233,13 @@ def _autograd_function():
             def backward(ctx, grad_out, grad_gate):
                 h, k, v, w_h, w_k = ctx.saved_tensors
                 grads = engram_gate_backward(
-                    _dense(grad_out), h, k, v, w_h, w_k, ctx.eps, clamp_value=ctx.clamp
+                    _validate.dense(grad_out), h, k, v, w_h, w_k, ctx.eps, clamp_value=ctx.clamp
                 )
                 need = ctx.needs_input_grad
                 return (*(g if need[i] else None for i, g in enumerate(grads)), None, None)
 
         _FUNCTION = EngramGateFunction
     return _FUNCTION
-
-
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    """`t` contiguous and 16-byte aligned (autograd may hand over expanded or offset views)."""
-    t = t.contiguous()
-    return t.clone() if t.data_ptr() % _validate.ALIGN else t
 
 
 def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:

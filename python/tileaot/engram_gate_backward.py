@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
-from .engram_gate import check_inputs
+from ._engram_args import check_inputs
 
 if TYPE_CHECKING:
     import torch

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import math
-import operator
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
+from ._sinkhorn_args import _INF, MAX_N, MAX_REPEAT, check_args
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "sinkhorn_normalize"
-_DTYPES = ("fp32",)
-MAX_N = 16  # the generic kernels serve N <= 16; N = 4 and 8 have specialised kernels
-# Far above any useful count (Sinkhorn converges in tens); keeps the kernels' int32 loop
-# arithmetic (ceil-divisions of repeat) away from overflow.
-MAX_REPEAT = 1 << 16
-_INF = float("inf")
 _FAST_KEY = (_OP, "fp32")  # `_lib.fast`: tensors (logits, p) of a 3-D logits, p written
 _autograd_fn: Any = None  # the torch.autograd.Function, built on first use (torch is lazy)
 
@@ -112,29 +106,6 @@ def sinkhorn_normalize(
             )
         return _function().apply(logits, repeat, eps)
     return _forward(logits, n, repeat, eps, out)
-
-
-def check_args(name: str, logits: Any, repeat: Any, eps: Any) -> tuple[int, int, float]:
-    """Checks shared with the backward: (N, repeat, eps) for a valid call, else raises."""
-    _validate.dtype_key(name, logits, _DTYPES)
-    shape = logits.shape
-    if len(shape) < 2 or shape[-1] != shape[-2]:
-        raise ValueError(f"{name} must have shape (..., N, N); got {tuple(shape)}")
-    n = shape[-1]
-    if n > MAX_N:
-        raise ValueError(f"{name} has N = {n}; sinkhorn_normalize supports N <= {MAX_N}")
-    if type(repeat) is not int:
-        if isinstance(repeat, bool):
-            raise TypeError("repeat must be an int, got bool")
-        try:
-            repeat = operator.index(repeat)
-        except TypeError:
-            raise TypeError(f"repeat must be an int, got {type(repeat).__name__}") from None
-    if not 1 <= repeat <= MAX_REPEAT:
-        raise ValueError(f"repeat must be in [1, {MAX_REPEAT}]; got {repeat}")
-    if type(eps) is not float or not 0.0 <= eps < _INF:
-        eps = _validate.nonneg_float("eps", eps)
-    return n, repeat, eps
 
 
 def _forward(

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from . import _arrays, _lib, _validate
-from .sinkhorn_normalize import check_args
+from ._sinkhorn_args import check_args
 
 if TYPE_CHECKING:
     import torch

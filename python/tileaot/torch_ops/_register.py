@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..engram_gate import _dense  # contiguous, then a copy only if misaligned
+from .._validate import dense as _dense  # contiguous, then a copy only if misaligned
 from ._autograd import register_autograd
 from ._specs import SPECS, OpSpec
 from ._substitute import substitute_wrappers
