@@ -190,9 +190,6 @@ class OpSchema:
             d.value(dims) if not d.lead else dims[d.name] for t in self.tensors for d in t.dims
         )
 
-    def key_of(self, picked: Mapping[str, str], **extra: str) -> str:
-        return self.key.format(**picked, **extra)
-
     def describe(self, dims: Mapping[str, int]) -> str:
         """A call's input matrices as text: ``x[4096, 7168]`` (what `info` and `check` print)."""
         return " ".join(
@@ -308,38 +305,6 @@ class OpSchema:
         if self._outputs is None:
             self._outputs = _compile_outputs(self)
         return self._outputs(fw, like, b, out, inputs)
-
-    def outputs_checked(
-        self, fw: Any, like: Any, b: Bound, out: Any, inputs: Mapping[str, Any]
-    ) -> tuple:
-        """`outputs` for `out=` (and any output whose size needs the int32 check)."""
-        outs, device = self.outs, b.device
-        shapes = [self.out_shape(s, b.dims, b.lead) for s in outs]
-        dtypes = [getattr(fw, LITERALS[_short(s.dtype, b.picked)][0]) for s in outs]
-        for s, shape in zip(outs, shapes, strict=True):
-            if max(shape, default=0) >= _validate.INT32_LIMIT or math.prod(shape) >= (
-                _validate.INT32_LIMIT
-            ):
-                _validate.check_size(f"{s.name} (the output)", shape)
-        if out is None:
-            return tuple(
-                like.new_empty(shape, dtype=dt) for shape, dt in zip(shapes, dtypes, strict=True)
-            )
-        if len(outs) == 1:
-            given, names = (out,), (outs[0].api,)
-        else:
-            names = tuple(f"out[{i}] ({s.name})" for i, s in enumerate(outs))
-            if not isinstance(out, (tuple, list)) or len(out) != len(outs):
-                what = ", ".join(s.name for s in outs)
-                raise TypeError(
-                    f"out must be a ({what}) tuple of tensors; got {type(out).__name__}"
-                )
-            given = tuple(out)
-        for name, t, dt, shape in zip(names, given, dtypes, shapes, strict=True):
-            _validate.check_out(name, t, dt, shape, device)
-        in_names = tuple(n for n, t in inputs.items() if t is not None)
-        _validate.check_no_overlap(names, given, in_names, tuple(inputs[n] for n in in_names))
-        return given
 
     # ------------------------------------------------------------ the launch
     def launcher(self) -> Callable:
@@ -594,7 +559,8 @@ def _exec(src: str, schema: OpSchema, name: str) -> Callable:
 
 def _compile_outputs(schema: OpSchema) -> Callable:
     """Straight-line `outputs` for `schema`: output shapes and dtypes from the bound sizes, the
-    int32 check, then allocation or the `out=` checks (as `outputs_checked` makes them)."""
+    int32 check, then allocation or the `out=` checks (type, dtype, shape, device, layout via
+    `_validate.check_out`, then overlap)."""
     outs = schema.outs
     names = sorted({d.name for t in schema.tensors for d in t.dims if d.name} | _expr_names(schema))
     lines = ["def outputs(fw, like, b, out, inputs):", "    dims = b.dims"]
