@@ -167,7 +167,10 @@ def check_per_token_cast_fp8():
         xg = _bf16_values(xb).astype(np.float32).reshape(m, groups, -1)
         amax = np.maximum(np.abs(xg).max(-1, keepdims=True), np.float32(1e-4))
         scale_ref = amax / np.float32(448)  # float32 division, as the kernel
-        q_ref = _e4m3_codes(np.clip(xg / scale_ref, -448, 448).astype(np.float64)).reshape(m, n)
+        # TileKernels' quotient: x times RN(448 / amax), the product rounded to float32 first.
+        inv = np.float32(448) / amax
+        prod = (xg * inv).astype(np.float32).astype(np.float64)
+        q_ref = _e4m3_codes(np.clip(prod, -448, 448)).reshape(m, n)
         assert np.array_equal(scale.numpy(), scale_ref.reshape(m, groups)), f"scales g={group}"
         diff = np.argwhere(q.numpy() != q_ref)
         assert diff.size == 0, f"g={group}: {len(diff)} codes differ, first at {diff[0]}"
