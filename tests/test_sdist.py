@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -109,6 +110,9 @@ def _cmake_check(
 ) -> subprocess.CompletedProcess:
     script = _write(
         tmp_path / "check.cmake",
+        # The arch list is normalised by `python -m build_tools archs`: scikit-build-core
+        # defines Python_EXECUTABLE in a real build; a `cmake -P` script must set it.
+        f'set(Python_EXECUTABLE "{sys.executable}")\n'
         f'include("{ROOT}/cmake/TileaotCubins.cmake")\n'
         f'include("{ROOT}/cmake/TileaotUserBuild.cmake")\n'
         'set(TILEAOT_BUNDLE_ARCHS "sm_80;sm_90a")\nset(TILEAOT_BUNDLE_OPS "rms_norm*")\n'
