@@ -99,8 +99,9 @@ default_gen() {
   for g in build/*-linux_x86_64/gen; do
     [ -f "$g/manifest.json" ] && found+=("$g")
   done
-  [ "${#found[@]}" -eq 1 ] ||
-    die "no gen folder given and ${#found[@]} x86-64 builds in build/ (${found[*]:-none}): pass one, e.g. bash scripts/build_wheel_aarch64.sh wheel build/gpu/gen"
+  [ "${#found[@]}" -gt 0 ] ||
+    die "no gen folder given and no x86-64 build in build/ (bash scripts/build_wheel.sh makes one): pass one, e.g. bash scripts/build_wheel_aarch64.sh wheel build/gpu/gen"
+  [ "${#found[@]}" -eq 1 ] || die "no gen folder given and several x86-64 builds in build/ (${found[*]}): pass one"
   echo "${found[0]}"
 }
 
@@ -108,7 +109,10 @@ wheel() {
   need aarch64-linux-gnu-g++ g++-aarch64-linux-gnu
   need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
   need qemu-aarch64-static qemu-user-static  # _C.pyi: stubgen imports the built module
-  local gen=${1:-${TILEAOT_GEN_DIR:-$(default_gen)}}
+  local gen=${1:-${TILEAOT_GEN_DIR:-}}
+  if [ -z "$gen" ]; then
+    gen=$(default_gen) || exit 1
+  fi
   [ -f "$gen/manifest.json" ] && [ -f "$gen/cubins.cmake" ] ||
     die "$gen is not a gen folder (no manifest.json/cubins.cmake): make one with python -m build_tools generate --out $gen"
   gen=$(cd "$gen" && pwd)
@@ -117,7 +121,10 @@ wheel() {
   [ "$host_py" = "$PY" ] ||
     die "python is $host_py but the aarch64 root's Python is $PY: run this with a Python $PY (the wheel is cp${PY/./})"
   [ -f "$ROOT/.tileaot-root" ] || die "no aarch64 root at $ROOT: make it with bash scripts/build_wheel_aarch64.sh root"
-  python -m pip install -q -r requirements-build.txt
+  # The build's tools, less the tracing ones (tilelang, torch): nothing is traced here.
+  mkdir -p "$BUILD"
+  grep -vE '^(torch|tilelang|apache-tvm-ffi)\b' requirements-build.txt >"$BUILD/requirements.txt"
+  python -m pip install -q -r "$BUILD/requirements.txt"
   # The cubins are host-independent: compile what the gen folder lacks (cached, else NVRTC).
   python -m build_tools compile-all "$gen" | tail -1
   local archs stub started=$SECONDS
