@@ -4,10 +4,11 @@
 # not depend on the host, so only libtileaot and tileaot._C are compiled again, by Debian's
 # cross compiler. The wheel is then checked under qemu-user emulation in an aarch64 root.
 #
-#   bash scripts/build_wheel_aarch64.sh [GEN]         # root + wheel + check
+#   bash scripts/build_wheel_aarch64.sh [GEN]         # root + wheel + check + native
 #   bash scripts/build_wheel_aarch64.sh root          # the aarch64 Debian root only
 #   bash scripts/build_wheel_aarch64.sh wheel [GEN]   # -> dist/aarch64/tileaot-*-aarch64.whl
 #   bash scripts/build_wheel_aarch64.sh check [WHEEL] # install, import, `python -m tileaot info`
+#   bash scripts/build_wheel_aarch64.sh native        # the runtime's ctest suite, on aarch64
 #   bash scripts/build_wheel_aarch64.sh root-dir      # print where the root is
 #
 # GEN: a gen folder (python -m build_tools generate ... + compile-all; its missing cubins are
@@ -184,12 +185,31 @@ check() {
   echo "check: installed, imported and ran python -m tileaot info under qemu in $((SECONDS - started)) s"
 }
 
+# ---- the runtime's own tests, on aarch64 ---------------------------------------------------
+# cpp/tests_native (variant selection, inflating the packed blobs, module loads and launches
+# through the fake libcuda.so.1), cross-compiled and run by ctest under qemu: the code paths
+# that `info` without a driver does not reach.
+native() {
+  need aarch64-linux-gnu-g++ g++-aarch64-linux-gnu
+  need qemu-aarch64-static qemu-user-static
+  [ -f "$ROOT/.tileaot-root" ] || die "no aarch64 root at $ROOT: make it with bash scripts/build_wheel_aarch64.sh root"
+  local dir=$BUILD/tests_native
+  mkdir -p "$dir"
+  { TILEAOT_AARCH64_ROOT="$ROOT" cmake -S cpp/tests_native -B "$dir" -G Ninja \
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchain-aarch64-linux-gnu.cmake" \
+      "-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-aarch64-static;-L;$ROOT" &&
+    TILEAOT_AARCH64_ROOT="$ROOT" cmake --build "$dir"; } >"$dir.log" 2>&1 ||
+    { tail -20 "$dir.log" >&2; die "building cpp/tests_native for aarch64 failed: see $dir.log"; }
+  ctest --test-dir "$dir" --output-on-failure | tail -3
+}
+
 case "${1:-}" in
   root) root ;;
   root-dir) echo "$ROOT" ;;  # where the root is (tests/test_wheel_aarch64.py asks)
   wheel) wheel "${2:-}" ;;
   check) check "${2:-}" ;;
+  native) native ;;
   -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" ;;
-  -*) die "unknown option $1: the steps are root, wheel [GEN], check [WHEEL], or a GEN folder for all" ;;
-  *) root && wheel "${1:-}" && check ;;
+  -*) die "unknown option $1: the steps are root, wheel [GEN], check [WHEEL], native, root-dir, or a GEN folder for all (--help)" ;;
+  *) root && wheel "${1:-}" && check && native ;;
 esac

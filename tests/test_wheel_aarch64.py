@@ -2,7 +2,7 @@
 emulation in the aarch64 root it imports and `python -m tileaot info` describes the build.
 
 CPU only. Both tests need the wheel in dist/aarch64/ (or $TILEAOT_AARCH64_WHEEL); the import
-also needs qemu-aarch64-static and the script's aarch64 root. CI does not make them (about 7
+also needs qemu-aarch64-static and the script's aarch64 root. CI does not make them (about 10
 minutes on the 2-core machine: docs/RELEASE.md), so there they skip, saying what to run.
 """
 
