@@ -49,6 +49,11 @@ root() {
   fi
   need debootstrap debootstrap
   need dpkg-deb dpkg
+  [ "$(id -u)" -eq 0 ] || die "making the aarch64 root needs root (debootstrap): run it as root"
+  # Only a root of ours that did not finish (it has debootstrap/) is removed, never other files.
+  if [ -e "$ROOT" ] && [ ! -d "$ROOT/debootstrap" ] && [ -n "$(ls -A "$ROOT")" ]; then
+    die "$ROOT exists and is not an aarch64 root this script began: remove it or set TILEAOT_AARCH64_ROOT"
+  fi
   local started=$SECONDS
   rm -rf "$ROOT"
   mkdir -p "$(dirname "$ROOT")"

@@ -1,9 +1,10 @@
 """The aarch64 wheel (scripts/build_wheel_aarch64.sh): aarch64 code only, and under qemu-user
 emulation in the aarch64 root it imports and `python -m tileaot info` describes the build.
 
-CPU only. Both tests need the wheel in dist/aarch64/ (or $TILEAOT_AARCH64_WHEEL); the import
+CPU only. The wheel's tests need it in dist/aarch64/ (or $TILEAOT_AARCH64_WHEEL); the import
 also needs qemu-aarch64-static and the script's aarch64 root. CI does not make them (about 10
-minutes on the 2-core machine: docs/RELEASE.md), so there they skip, saying what to run.
+minutes on the 2-core machine: docs/RELEASE.md), so there they skip, saying what to run. The
+script's own errors are tested everywhere.
 """
 
 from __future__ import annotations
@@ -93,3 +94,22 @@ def test_imports_and_prints_info_under_emulation(wheel, tmp_path):
     # No driver here: info still works and says why nothing is picked.
     assert info["device_arch"] is None and info["picks"] == []
     assert "not usable" in info["device_error"] or "driver" in info["device_error"]
+
+
+def test_a_missing_tool_or_step_is_one_line(tmp_path):
+    (tmp_path / "dirname").symlink_to(shutil.which("dirname"))  # all the script needs first
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        cmd = [shutil.which("bash"), str(SCRIPT), *args]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+    missing = run("wheel", str(tmp_path))
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr == (
+        "build_wheel_aarch64: aarch64-linux-gnu-g++ not found: apt-get install "
+        "g++-aarch64-linux-gnu\n"
+    )
+    unknown = run("--gen")
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
+    assert unknown.stderr.startswith("build_wheel_aarch64: unknown option --gen: the steps are")
