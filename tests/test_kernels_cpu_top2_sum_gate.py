@@ -138,6 +138,103 @@ def test_order_keys_sort_as_the_stable_descending_float_sort():
     assert torch.equal(back, x[finite] + 0.0)
 
 
+def _value(k: torch.Tensor) -> torch.Tensor:
+    return (k ^ ((k >> 31) & 0x7FFFFFFF)).view(torch.float32)
+
+
+def _butterfly(x: torch.Tensor, step) -> torch.Tensor:
+    """A 5-step xor butterfly over the lane axis (dim 1): `step(mine, partner's)`."""
+    lanes = torch.arange(g.WARP)
+    for s in (16, 8, 4, 2, 1):
+        x = step(x, x[:, lanes ^ s])
+    return x
+
+
+def emulate(logits, bias, k, groups=0, kept=0, scaling=1.0, static_e=None):
+    """The kernel's steps (kernels_py/moe/top2_sum_gate.py) with the warp's lanes as tensor dim 1:
+    a CPU check of its algorithm (slot layout, padding keys, group top-2 merges, group ranks,
+    kept-group bits, argmax rounds, butterfly sum). The GPU test checks the generated code."""
+    i32 = torch.int32
+    t, e = logits.shape
+    slots, _ = g._layout(static_e)
+    lane = torch.arange(g.WARP).view(g.WARP, 1)
+    j = torch.arange(slots).view(1, slots)
+    expert = j * g.WARP + lane if static_e is None else lane * slots + j  # [32, V]
+    valid = expert < e
+    col = expert.clamp(max=e - 1)
+    x = torch.where(valid, logits[:, col], -math.inf)  # [T, 32, V]
+    b = torch.where(valid, bias[col], 0.0)
+    kk = torch.where(valid, order_key(torch.sigmoid(x) + b), g.PAD)
+    low = torch.tensor(g.INT_MIN, dtype=i32)
+    if groups != kept:
+        size = e // groups
+        gid = torch.where(valid, expert // size, -1)
+        gkey = torch.full((t, g.WARP), g.INT_MIN, dtype=i32)
+        for group in range(groups):
+            pair = torch.stack([torch.full((t, g.WARP), g.INT_MIN, dtype=i32)] * 2, dim=-1)
+            for slot in range(slots):
+                xk = torch.where(gid[:, slot] == group, kk[:, :, slot], low)
+                second = torch.maximum(pair[..., 1], torch.minimum(pair[..., 0], xk))
+                pair = torch.stack([torch.maximum(pair[..., 0], xk), second], dim=-1)
+
+            def merge(p, q):
+                top = torch.maximum(p[..., 0], q[..., 0])
+                second = torch.maximum(
+                    torch.maximum(p[..., 1], q[..., 1]), torch.minimum(p[..., 0], q[..., 0])
+                )
+                return torch.stack([top, second], dim=-1)
+
+            pair = _butterfly(pair, merge)
+            total = order_key(_value(pair[..., 0].contiguous()) + _value(pair[..., 1].contiguous()))
+            gkey = torch.where(lane.view(1, -1) == group, total, gkey)
+        above = torch.zeros(t, g.WARP, dtype=torch.int64)
+        for h in range(groups):
+            o = gkey[:, h : h + 1]
+            above += (o > gkey) | ((o == gkey) & (h < lane.view(1, -1)))
+        mine = (lane.view(1, -1) < groups) & (above < kept)
+        bits = torch.where(mine, 1 << lane.view(1, -1).long(), 0)
+        bits = _butterfly(bits, torch.bitwise_or)[:, :1, None]
+        stays = (gid >= 0) & (((bits >> gid.clamp(min=0)) & 1) != 0)
+        kk = torch.where(stays, kk, order_key(torch.tensor(-math.inf)))
+    picks = []
+    for _ in range(k):
+        best, at = kk.max(dim=-1)  # the first largest slot of each lane
+        who = torch.where(
+            best > g.INT_MIN, expert.expand(t, -1, -1).gather(2, at[..., None])[..., 0], g.NO_INDEX
+        )
+
+        def argmax(p, q):
+            take = (q[..., 0] > p[..., 0]) | ((q[..., 0] == p[..., 0]) & (q[..., 1] < p[..., 1]))
+            return torch.where(take[..., None], q, p)
+
+        win = _butterfly(torch.stack([best, who.to(i32)], dim=-1), argmax)[:, 0, 1]
+        picks.append(win)
+        kk = torch.where(expert == win.view(t, 1, 1), low, kk)
+    idx = torch.stack(picks, dim=1)
+    w = torch.zeros(t, g.WARP)
+    w[:, :k] = torch.sigmoid(logits.gather(1, idx.long()))
+    total = _butterfly(w, torch.add)[:, :1].clamp(min=1e-20)
+    return idx, (w[:, :k] / total * scaling)
+
+
+@pytest.mark.parametrize(
+    "e, groups, kept, k, static",
+    [(256, 8, 4, 8, True), (256, 8, 8, 8, True), (160, 8, 3, 6, True), (384, 1, 1, 8, True)]
+    + [(256, 8, 4, 8, False), (64, 4, 2, 6, False), (72, 0, 0, 6, False), (7, 0, 0, 7, False)]
+    + [(500, 10, 3, 12, False), (60, 0, 0, 4, True), (60, 6, 2, 8, True)],
+)
+@pytest.mark.parametrize("kind", ["randn", "ties", "specials", "zeros"])
+def test_the_kernels_algorithm_on_the_cpu(e, groups, kept, k, static, kind):
+    logits = logits_for(129, e, kind, seed=e)
+    bias = torch.randn(e, generator=torch.Generator().manual_seed(e)) * 0.5
+    if kind == "ties":
+        bias = (bias * 4).round() / 4
+    idx, w = emulate(logits, bias, k, groups, kept, 2.5, e if static else None)
+    want_idx, want_w = g.reference(logits, bias, k, groups, kept, 2.5)
+    assert torch.equal(idx, want_idx)
+    assert torch.allclose(w, want_w, equal_nan=True)
+
+
 def test_layout_covers_every_expert_once():
     for e in (*g.STATIC_E, 2, 7, 60, 64, 512, None):
         slots, width = g._layout(e)

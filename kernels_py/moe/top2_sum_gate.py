@@ -25,7 +25,7 @@ Kernel: one warp per token, 4 tokens per 128-thread block (a past-the-end token 
 row and stores nothing, so every shuffle sees a full warp). Lane ``l`` holds ``V`` slots: for a
 static E experts ``l * V .. l * V + V - 1`` (``V = ceil(E / 32)``; loaded as 16-, 8- or 4-byte
 vectors, whichever divides V and E), for the generic E (<= 512) experts ``j * 32 + l``; slots
-past E rank as -inf behind every real expert. Each slot becomes an int32 order key (the float's
+past E get a key below every real one (``PAD``). Each slot becomes an int32 order key (the float's
 bits made monotone: ``b ^ ((b >> 31) & 0x7fffffff)``, -0 as +0, every NaN as INT32_MAX), so
 all comparisons are integer ones and a key maps back to its float exactly.
 
@@ -62,6 +62,7 @@ MAX_GROUPS = 32  # one lane per group
 THREADS = 128
 WARP = 32
 INT_MAX, INT_MIN = 0x7FFFFFFF, -0x80000000
+PAD = INT_MIN + 1  # key of a slot past E: below key(-inf), above a picked slot's INT_MIN
 NO_INDEX = 1 << 30  # above every expert index: the argmax's identity
 
 
@@ -241,8 +242,9 @@ def _kernel(e: int | None):
             total = T.alloc_var("float32")
             out = T.alloc_var("int32")
             load(logits, bias, v, b, row, lane)
-            for j in T.unroll(slots):
-                kk[j] = key(T.ieee_add(sigmoid(v[j]), b[j]))
+            for j in T.unroll(slots):  # slots past E: below every expert (key(-inf) included)
+                biased = key(T.ieee_add(sigmoid(v[j]), b[j]))
+                kk[j] = T.if_then_else(expert(j, lane) < E, biased, PAD)
             if n_group > 0:
                 limit_groups(kk, lane, n_group, topk_group, gid, pair, gkey, cnt, kept)
             select(kk, lane, k, best, pick)
