@@ -1,7 +1,8 @@
 """GPU tests of top2_sum_gate against kernels_py.moe.top2_sum_gate.reference and TileKernels'.
 
 Every variant (E = 160, 256, 384 and generic sizes from 2 to 512) with the routers that use it
-(DeepSeek-V3's 8 groups of which 4 stay, no groups, equal group counts, DeepSeek-V2-sized groups),
+(DeepSeek-V3's 8 groups of which 4 stay, no groups, equal group counts, DeepSeek-V2-sized groups;
+groups of whole lanes, ranked in one pass, and groups that are not, a pass per group),
 shared-expert columns and EP/TP splits, odd token counts, on four kinds of logits: random, tied
 (few distinct values: ties among experts and among groups), special (-inf, +inf, NaN, -0) and
 saturated (large logits: the float32 sigmoid is 1.0, so the bias decides). Outputs are poisoned
@@ -33,6 +34,8 @@ CASES = [
     (4001, 256, 8, 8, 8, 2, 4, 2),
     (7, 256, 32, 2, 16, 0, 1, 1),
     (4001, 384, 1, 1, 8, 1, 8, 1),
+    (65, 384, 12, 4, 8, 0, 1, 1),  # a static E whose groups are not whole lanes: a pass each
+    (129, 256, 2, 1, 8, 0, 1, 1),  # groups of 16 lanes
     (129, 160, 1, 1, 8, 1, 2, 2),
     (33, 160, 8, 3, 6, 0, 1, 1),
     (7, 64, 4, 2, 6, 2, 2, 1),
