@@ -142,18 +142,20 @@ def _value(k: torch.Tensor) -> torch.Tensor:
     return (k ^ ((k >> 31) & 0x7FFFFFFF)).view(torch.float32)
 
 
-def _butterfly(x: torch.Tensor, step) -> torch.Tensor:
-    """A 5-step xor butterfly over the lane axis (dim 1): `step(mine, partner's)`."""
+def _butterfly(x: torch.Tensor, step, below: int = g.WARP) -> torch.Tensor:
+    """An xor butterfly over the lane axis (dim 1), steps below `below`: `step(mine, theirs)`."""
     lanes = torch.arange(g.WARP)
     for s in (16, 8, 4, 2, 1):
-        x = step(x, x[:, lanes ^ s])
+        if s < below:
+            x = step(x, x[:, lanes ^ s])
     return x
 
 
 def emulate(logits, bias, k, groups=0, kept=0, scaling=1.0, static_e=None):
     """The kernel's steps (kernels_py/moe/top2_sum_gate.py) with the warp's lanes as tensor dim 1:
-    a CPU check of its algorithm (slot layout, padding keys, group top-2 merges, group ranks,
-    kept-group bits, argmax rounds, butterfly sum). The GPU test checks the generated code."""
+    a CPU check of its algorithm (slot layout, padding keys, group top-2 merges per group or
+    spanned, group ranks, kept-group bits, argmax rounds, butterfly sum). The GPU test checks
+    the generated code."""
     i32 = torch.int32
     t, e = logits.shape
     slots, _ = g._layout(static_e)
@@ -170,10 +172,16 @@ def emulate(logits, bias, k, groups=0, kept=0, scaling=1.0, static_e=None):
         size = e // groups
         gid = torch.where(valid, expert // size, -1)
         gkey = torch.full((t, g.WARP), g.INT_MIN, dtype=i32)
-        for group in range(groups):
+        span = size // slots
+        spanned = static_e is not None and size % slots == 0 and span & (span - 1) == 0
+        for group in [None] if spanned else range(groups):
             pair = torch.stack([torch.full((t, g.WARP), g.INT_MIN, dtype=i32)] * 2, dim=-1)
             for slot in range(slots):
-                xk = torch.where(gid[:, slot] == group, kk[:, :, slot], low)
+                xk = (
+                    kk[:, :, slot]
+                    if spanned
+                    else torch.where(gid[:, slot] == group, kk[:, :, slot], low)
+                )
                 second = torch.maximum(pair[..., 1], torch.minimum(pair[..., 0], xk))
                 pair = torch.stack([torch.maximum(pair[..., 0], xk), second], dim=-1)
 
@@ -184,9 +192,12 @@ def emulate(logits, bias, k, groups=0, kept=0, scaling=1.0, static_e=None):
                 )
                 return torch.stack([top, second], dim=-1)
 
-            pair = _butterfly(pair, merge)
+            pair = _butterfly(pair, merge, span if spanned else g.WARP)
             total = order_key(_value(pair[..., 0].contiguous()) + _value(pair[..., 1].contiguous()))
-            gkey = torch.where(lane.view(1, -1) == group, total, gkey)
+            if spanned:  # lane g reads group g's first lane
+                gkey = total[:, (torch.arange(g.WARP) * span).clamp(max=g.WARP - 1)]
+            else:
+                gkey = torch.where(lane.view(1, -1) == group, total, gkey)
         above = torch.zeros(t, g.WARP, dtype=torch.int64)
         for h in range(groups):
             o = gkey[:, h : h + 1]
@@ -221,7 +232,8 @@ def emulate(logits, bias, k, groups=0, kept=0, scaling=1.0, static_e=None):
     "e, groups, kept, k, static",
     [(256, 8, 4, 8, True), (256, 8, 8, 8, True), (160, 8, 3, 6, True), (384, 1, 1, 8, True)]
     + [(256, 8, 4, 8, False), (64, 4, 2, 6, False), (72, 0, 0, 6, False), (7, 0, 0, 7, False)]
-    + [(500, 10, 3, 12, False), (60, 0, 0, 4, True), (60, 6, 2, 8, True)],
+    + [(500, 10, 3, 12, False), (60, 0, 0, 4, True), (60, 6, 2, 8, True), (256, 32, 3, 8, True)]
+    + [(256, 4, 1, 8, True), (256, 2, 1, 8, True), (192, 4, 2, 8, True), (384, 12, 4, 8, True)],
 )
 @pytest.mark.parametrize("kind", ["randn", "ties", "specials", "zeros"])
 def test_the_kernels_algorithm_on_the_cpu(e, groups, kept, k, static, kind):
