@@ -34,9 +34,10 @@ all comparisons are integer ones and a key maps back to its float exactly.
    ``key(value(top1) + value(top2))``. Where each group is a power-of-two number of whole
    lanes (a static E's contiguous slots: DeepSeek-V3's 256 / 8 groups are 4 lanes of 8), one
    pass does every group at once (each lane's top two, merged over its group's lanes, lane
-   ``g`` reading group ``g``'s first lane): ~50 instead of ~580 instructions per token. Lane
-   ``g`` counts the groups ranked above its own (a shuffle per group); the kept groups form a
-   bitmask (butterfly OR), and slots of the other groups get the key of -inf.
+   ``g`` reading group ``g``'s first lane): about 50 operations per token instead of 580
+   (counted in the generated source; not measured yet). Lane ``g`` counts the groups ranked
+   above its own (a shuffle per group); the kept groups form a bitmask (butterfly OR), and
+   slots of the other groups get the key of -inf.
 2. Top-k (runtime k): k rounds of (each lane's best slot: the first largest key, slots in
    ascending expert order; a 5-step butterfly argmax with the smaller expert winning ties; lane
    ``r`` records pick ``r``; the winner's slot is set to INT32_MIN, below every key).
