@@ -23,7 +23,7 @@ _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
 
 # Ops whose wrappers run through their schema (the rest follow; see docs/ADDING_AN_OP.md).
-SCHEMA_OPS = ("rms_norm", "gemm", "swiglu")
+SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "top2_sum_gate")
 
 
 def _module(op: str):
@@ -71,19 +71,23 @@ EXAMPLES = {
     "rms_norm": ("x[4096, 4096]", (4096,) * 5),
     "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
     "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
+    "top2_sum_gate": ("logits[4096, 256]", (4096, 256, 256, 4096, 8, 4096, 8)),
 }
-WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10}
+WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "top2_sum_gate": 0b1100}
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
     "swiglu": "Tensor x",
+    "top2_sum_gate": "Tensor logits, Tensor bias, int k, int num_groups=0, int num_topk_groups=0, "
+    "float routed_scaling_factor=1.0, int num_shared_experts=0, int num_ep_ranks=1, "
+    "int tp_rank=0, int num_tp_ranks=1, str scoring_func='sigmoid'",
 }
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
 def test_derived_facts(op):
     schema = _module(op).SCHEMA
-    assert schema.example_shapes(schema.dtypes["T"][0]) == EXAMPLES[op]
+    assert schema.example_shapes(next(iter(schema.dtypes.values()), ("",))[0]) == EXAMPLES[op]
     assert schema.writes == WRITES[op]
     specs = importlib.import_module("tileaot.torch_ops._specs")
     (spec,) = [s for s in specs.SPECS if s.name == op]
@@ -104,6 +108,17 @@ def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
     got = spec.fake(*args())
     got = got if isinstance(got, tuple) else (got,)
     assert [tuple(g.shape) for g in got] == want and all(g.dtype == torch.bfloat16 for g in got)
+
+
+def test_fakes_size_outputs_from_the_arguments():
+    """top2_sum_gate's idx/weights are [T, k + num_shared_experts] (the schema's `sizes`)."""
+    specs = importlib.import_module("tileaot.torch_ops._specs")
+    (spec,) = [s for s in specs.SPECS if s.name == "top2_sum_gate"]
+    logits, bias = t(5, 256, dtype=torch.float32), t(256, dtype=torch.float32)
+    for args, width in (((8,), 8), ((8, 8, 4, 2.5, 2), 10)):
+        idx, w = spec.fake(logits, bias, *args)
+        assert idx.shape == w.shape == (5, width)
+        assert (idx.dtype, w.dtype) == (torch.int32, torch.float32)
 
 
 def test_bind_names_the_argument_and_the_tied_size():

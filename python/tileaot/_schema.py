@@ -22,6 +22,8 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
 * a dtype is a dtype variable (its allowed short names in `dtypes`; the first input holding it
   picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32``.
 * `key` formats the dispatch key from the dtype variables (and `extra` fields the wrapper passes).
+* `sizes` sizes output dims that no input has from the public function's arguments:
+  ``{"P": "k + num_shared_experts"}`` (`arg_dims`; the wrapper and the torch fake both use it).
 
 From it come: the checked path's mechanical checks (`bind`: dtype by key, ranks, tied dims, device,
 contiguity, alignment, int32 range; `outputs`: allocation or `out=` checks, overlap), the launch
@@ -150,6 +152,7 @@ class OpSchema:
     dtypes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     key: str = "{T}"
     example: Mapping[str, int] = field(default_factory=dict)
+    sizes: Mapping[str, str] = field(default_factory=dict)
     tensors: tuple[TensorSpec, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()
 
@@ -183,6 +186,10 @@ class OpSchema:
     @property
     def outs(self) -> tuple[TensorSpec, ...]:
         return tuple(t for t in self.tensors if t.role == "out")
+
+    def arg_dims(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The `sizes` dims from the public function's (checked) arguments."""
+        return {n: eval(e, {"__builtins__": {}}, dict(args)) for n, e in self.sizes.items()}  # noqa: S307
 
     def flat(self, dims: Mapping[str, int]) -> tuple[int, ...]:
         """The flat shapes the kernel takes: every dim of every tensor, in kernel order."""
@@ -326,11 +333,12 @@ class OpSchema:
         """Output names of the torch custom op (the `_out` op's arguments)."""
         return tuple(s.api for s in self.outs)
 
-    def fake(self, inputs: Mapping[str, Any], fw: Any) -> tuple:
+    def fake(self, inputs: Mapping[str, Any], fw: Any, args: Mapping[str, Any] = {}) -> tuple:  # noqa: B006
         """Empty stand-ins of the outputs for torch's fake tensors (symbolic sizes welcome):
-        shapes from the inputs' dims, dtypes from the schema; no checks."""
+        shapes from the inputs' dims (and `sizes` from `args`), dtypes from the schema; no
+        checks."""
         picked: dict[str, str] = {}
-        dims: dict[str, Any] = {}
+        dims: dict[str, Any] = self.arg_dims(args) if self.sizes else {}
         lead: tuple = ()
         like = None
         for spec in self.inputs:

@@ -36,6 +36,7 @@ from ..sinkhorn_normalize_backward import sinkhorn_normalize_backward
 from ..swiglu import swiglu
 from ..swiglu_per_token_cast_fp8 import GROUP as SWIGLU_GROUP
 from ..swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
+from ..top2_sum_gate import top2_sum_gate
 from ..topk_gate import topk_gate
 from ..transpose import transpose
 
@@ -90,12 +91,14 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
     """The `OpSpec` of public function `fn` whose module has a `SCHEMA` (tileaot/_schema.py):
     arguments from the function, outputs and fake from the schema."""
     schema = sys.modules[fn.__module__].SCHEMA
-    names = [p.name for p in inspect.signature(fn).parameters.values()]
+    params = inspect.signature(fn).parameters.values()
+    names = [p.name for p in params]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
     tensors = {t.api for t in schema.inputs}
 
     def fake(*args: Any) -> Any:
-        given = dict(zip(names, args, strict=False))
-        outs = schema.fake({n: v for n, v in given.items() if n in tensors}, torch)
+        given = {**defaults, **dict(zip(names, args, strict=False))}
+        outs = schema.fake({n: v for n, v in given.items() if n in tensors}, torch, given)
         return outs[0] if len(outs) == 1 else outs
 
     return OpSpec(fn, _schema_args(fn), schema.torch_outs(), fake, **extra)
@@ -206,6 +209,7 @@ SPECS: tuple[OpSpec, ...] = (
         ("idx", "weights"),
         _topk_gate,
     ),
+    _from_schema(top2_sum_gate),
     _from_schema(swiglu),
     OpSpec(
         swiglu_per_token_cast_fp8,
