@@ -23,6 +23,7 @@ _model_calls = importlib.import_module("tileaot._model_calls")
 
 ZOO = Path(__file__).resolve().parents[1] / "examples" / "models"
 GPUS = {"H200": "sm_90a", "H100": "sm_90a", "A100": "sm_80", "L40S": "sm_89", "B200": "sm_100a"}
+GPUS |= {"B300": "sm_103", "RTX PRO 6000": "sm_120"}  # the family (f) targets serve these
 
 # The linears of an fp8 checkpoint: tileaot has no fp8 gemm (gemm takes bf16 / fp16).
 _MLA_FP8 = [
