@@ -168,3 +168,22 @@ def test_torch_ops(fake) -> None:
     assert tuple(shape) == (5, 7)
     with pytest.raises(ValueError, match="^weight must have shape"):
         ops.rms_norm(x, t(8), 0.5)
+
+
+LEAD = OpSchema(
+    "add", "x[*M, N]: T, y[*M, N]: T, i[M]: i32 -> z[*M, N]: T", dtypes={"T": ("bf16",)}
+)
+
+
+def test_leading_dims_of_several_inputs_must_agree(fake) -> None:
+    """Each ``*M`` input's leading dims (and any later ``M`` dim) must give the same M: bind used
+    to keep the first input's M and launch with it, past the end of a shorter second input."""
+    op = schema_op(LEAD)
+    i6 = t(6, dtype=torch.int32)
+    z = op(t(2, 3, 8), t(6, 8), i6)  # the same M = 6 (each viewed as [M, N])
+    assert z.shape == (2, 3, 8) and fake.launches[-1].shapes == (6, 8, 6, 8, 6, 6, 8)
+    with pytest.raises(ValueError, match=r"^y must have shape \(\.\.\., 8\) with leading dims of "):
+        op(t(6, 8), t(5, 8), i6)
+    with pytest.raises(ValueError, match=r"^i must have shape \(6,\) to match x \(2, 3, 8\)"):
+        op(t(2, 3, 8), t(6, 8), t(5, dtype=torch.int32))
+    assert len(fake.launches) == 1
