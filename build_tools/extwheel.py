@@ -10,7 +10,7 @@ dtypes and sizes as for tileaot's own ops.
 The wheel is self-contained: package PKG holds its own native library, ``lib<PKG>.so`` built from
 the same runtime sources as tileaot's (cpp/runtime, cpp/bindings) with the user's kernels
 embedded, a ``_C`` module in a nanobind domain of its own, and a copy of tileaot's op-agnostic
-Python runtime (RUNTIME below). It does not depend on an installed tileaot wheel: nothing ties
+Python runtime (`runtime_modules`). It does not depend on an installed tileaot wheel: nothing ties
 its registry to one tileaot version, and both load side by side (their libraries have
 different sonames; each ``_C`` binds to its own). Each op is a `schema_op` function (the
 checks, allocation, short path and launch derived from its schema), ``PKG.register_torch_ops()``
@@ -36,18 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / "python" / "tileaot"
-# tileaot's op-agnostic runtime modules, copied into the package (relative imports only).
-RUNTIME = (
-    "_arrays.py",
-    "_dlpack.py",
-    "_driver.py",
-    "_lib.py",
-    "_schema.py",
-    "_schema_op.py",
-    "_schema_torch.py",
-    "_validate.py",
-    "py.typed",
-)
+# What the generated package runs on: these modules of tileaot and every module they import
+# (`runtime_modules`), copied in; all of them are op-agnostic and import relatively.
+RUNTIME_ROOTS = ("_schema_op", "_schema_torch")
 # Names the generated package defines itself: no op may take them.
 _RESERVED = {"register_torch_ops", "torch_ops", "VariantMissError", "DriverError"}
 
@@ -115,6 +106,24 @@ def _op(module: str, spec) -> Op:
     return Op(schema, spec.doc)
 
 
+def runtime_modules() -> list[str]:
+    """RUNTIME_ROOTS and the tileaot modules they import (also inside functions), as files."""
+    todo, seen = list(RUNTIME_ROOTS), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse((PYTHON / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo += [node.module] if node.module else [a.name for a in node.names]
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else node.names
+                if any(str(getattr(n, "name", n)).partition(".")[0] == "tileaot" for n in names):
+                    raise ExtError(f"tileaot/{name}.py imports tileaot by name: cannot be copied")
+    return sorted(f"{n}.py" for n in seen)
+
+
 def package_name(name: str | None, module: str) -> str:
     """`--name`, checked; by default the module's dotted name joined by ``_`` (``_ops`` added
     to a top-level module's name: the wheel must not shadow the kernels module itself)."""
@@ -151,7 +160,7 @@ def stage(
     package = dest / name
     shutil.rmtree(package, ignore_errors=True)
     package.mkdir(parents=True)
-    for file in RUNTIME:
+    for file in (*runtime_modules(), "py.typed"):
         shutil.copy2(PYTHON / file, package / file)
     (package / "_ops.py").write_text(ops_source(name, module, ops))
     (package / "__init__.py").write_text(init_source(name, module, ops))

@@ -74,6 +74,40 @@ def test_a_config_naming_another_op(tmp_path) -> None:
     assert "ops: scaled_add" in done.stderr
 
 
+def test_the_package_name() -> None:
+    from build_tools.extwheel import ExtError, package_name
+
+    assert package_name(None, "my_pkg.kernels") == "my_pkg_kernels"
+    assert package_name(None, "my_kernels") == "my_kernels_ops"  # not the kernels' own name
+    assert package_name("fast_ops", "my_pkg.kernels") == "fast_ops"
+    with pytest.raises(ExtError, match="^--name my_pkg: that is your kernels' package"):
+        package_name("my_pkg", "my_pkg.kernels")
+
+
+def test_the_runtime_copied_is_op_agnostic() -> None:
+    from build_tools.extwheel import runtime_modules
+
+    files = runtime_modules()
+    assert {"_schema.py", "_schema_op.py", "_schema_torch.py", "_lib.py"} <= set(files)
+    assert all(f.startswith("_") for f in files)  # no op module, no torch_ops
+
+
+def test_the_schema_is_rebuilt_in_the_wheel(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    from tileaot._schema import OpSchema
+    from tileaot.swiglu import SCHEMA
+
+    from build_tools.extwheel import _schema_call
+
+    for schema in (SCHEMA, importlib.import_module("my_kernels.scaled_add").SCHEMA):
+        rebuilt = eval(_schema_call(schema), {"OpSchema": OpSchema})
+        assert (rebuilt.tensors, rebuilt.scalars, rebuilt.key) == (
+            schema.tensors,
+            schema.scalars,
+            schema.key,
+        )
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """A venv's python with the example's wheel installed (built here, once per session)."""
@@ -191,3 +225,32 @@ def test_the_cpp_header(installed, tmp_path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (package / "lib" / "libmy_ops.so").is_file()
+
+
+NUMERICS = """
+import json, torch, my_ops
+report = {}
+for m, n in ((1, 1), (3, 300), (7, 1025), (64, 4096), (4096, 20000)):  # the last: > 65535 blocks
+    x = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+    y = torch.randn(m, n, dtype=torch.bfloat16, device="cuda")
+    out = torch.full_like(x, float("nan"))  # poisoned: every element must be written
+    my_ops.scaled_add(x, y, -0.75, out=out)
+    ref = (x.double() - 0.75 * y.double())
+    # One bf16 rounding of the float32 sum (which may be one FMA): within one bf16 ulp.
+    err = ((out.double() - ref).abs() / ref.abs().clamp_min(2.0**-126)).max().item()
+    report[f"{m}x{n}"] = [bool(out.isnan().any()), err]
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.gpu
+def test_numerics_on_the_gpu(installed, tmp_path) -> None:
+    """The example's kernel on a real GPU (sm_80's cubin, or its PTX on newer GPUs)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(installed), "-c", NUMERICS], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    for size, (nan, err) in json.loads(done.stdout.strip().splitlines()[-1]).items():
+        assert not nan, f"{size}: elements left unwritten"
+        assert err <= 2.0**-8, f"{size}: relative error {err}"
