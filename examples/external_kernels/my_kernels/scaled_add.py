@@ -9,8 +9,9 @@ torch op and C++ header are derived from, checked against every traced kernel) a
 
 # No "from __future__ import annotations": TileLang evaluates the prim_func's annotations
 # (T.Tensor((M, N), dtype)) eagerly and needs the factory's local variables.
-from kernels_py.spec import KernelSpec
 from tileaot._schema import OpSchema
+
+from kernels_py.spec import KernelSpec
 
 DTYPES = ("bfloat16", "float16", "float32")
 BLOCK = 1024  # elements per thread block
