@@ -7,7 +7,8 @@ wheel itself goes into the venv) and called there against the fake CUDA driver o
 (tests/_fake_driver.py), from a folder where neither the repository's sources nor the staged
 package can be imported. Checked: the launches (checked path, then the short path), out=, a
 VariantMissError for a dtype and for a GPU the build lacks, one-line errors naming the argument,
-the torch custom ops, the C++ header, and that tileaot's own native module loads beside it.
+the torch custom ops (also under torch.compile), the C++ header, and that tileaot's own native
+module loads beside it.
 Cost: one trace (~20 s, then cached), two device compiles and the runtime's C++ (~2 min on 2
 cores). The build errors that need no tracing are checked first, cheaply.
 """
@@ -162,6 +163,8 @@ torch.ops.my_ops.scaled_add_out(out, x, y, alpha=1.0)
 with torch._subclasses.FakeTensorMode():
     fx = torch.empty(5, 7, dtype=torch.bfloat16)
     report["fake"] = list(torch.ops.my_ops.scaled_add(fx, fx, 1.0).shape)
+compiled = torch.compile(lambda a, b: my_ops.scaled_add(a, b, 1.0), fullgraph=True, backend="eager")
+report["compiled"] = list(compiled(x, y).shape)  # traced as the op: no graph break
 report["launches_total"] = launches()
 report["doc"] = my_ops.scaled_add.__doc__.splitlines()[0]
 maps = open("/proc/self/maps").read()
@@ -202,7 +205,7 @@ def test_the_wheel_in_a_fresh_venv(installed, tmp_path) -> None:
     assert all("\n" not in e[1] for e in (r["shape"], r["dtype"], r["scalar"], r["tensor"]))
     assert r["miss_class"].startswith("my_ops")
     assert r["torch_ops"] == ["scaled_add", "scaled_add_out"]
-    assert r["fake"] == [5, 7] and r["launches_total"] == 4
+    assert r["fake"] == [5, 7] and r["compiled"] == [3, 300] and r["launches_total"] == 5
     assert r["doc"].startswith("``out = x + alpha * y``")
     assert [Path(p).parent.parent.name for p in r["libs"]] == ["my_ops"]
     assert r["tileaot"] in (True, None)  # tileaot's own _C (if installed) loads beside it

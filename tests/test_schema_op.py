@@ -168,6 +168,11 @@ def test_torch_ops(fake) -> None:
     assert tuple(shape) == (5, 7)
     with pytest.raises(ValueError, match="^weight must have shape"):
         ops.rms_norm(x, t(8), 0.5)
+    # Inside torch.compile a call of the function is traced as the op (no graph break).
+    compiled = torch.compile(lambda a, b: fns[1](a, b), fullgraph=True, backend="eager")
+    launches = len(fake.launches)
+    assert compiled(t(4, 32), t(16, 32)).shape == (4, 16)
+    assert len(fake.launches) == launches + 1
 
 
 LEAD = OpSchema(
@@ -187,3 +192,14 @@ def test_leading_dims_of_several_inputs_must_agree(fake) -> None:
     with pytest.raises(ValueError, match=r"^i must have shape \(6,\) to match x \(2, 3, 8\)"):
         op(t(2, 3, 8), t(6, 8), t(5, dtype=torch.int32))
     assert len(fake.launches) == 1
+
+
+def test_dlpack_arrays(fake) -> None:
+    """Other frameworks' arrays (here numpy's, through DLPack) go through `_arrays.call`."""
+    np = pytest.importorskip("numpy")
+    x, w = np.ones((4, 64), np.float32), np.ones(64, np.float32)
+    y = schema_op(RMS_NORM)(x, w, 1e-5)
+    assert type(y) is np.ndarray and y.shape == (4, 64) and y.dtype == np.float32
+    (launch,) = fake.launches
+    assert launch.ptrs == (x.ctypes.data, w.ctypes.data, y.ctypes.data)
+    assert launch.shapes == (4, 64, 64, 4, 64) and launch.scalars == (1e-5,)

@@ -3,9 +3,10 @@
 For the packages `python -m build_tools wheel --kernels` builds (tileaot's own ops register
 through `tileaot.torch_ops`). The functional op takes the function's arguments (input tensors,
 then scalars) and returns new tensors; ``<op>_out`` takes the output tensors first, as ATen's
-``at::<op>_out`` does, and returns nothing. Both run the function itself, so its checks, errors
-and launches are those of an eager call; the fake (for ``torch.compile`` and ``torch.export``)
-is the schema's (`OpSchema.fake`: shapes and dtypes from the inputs, symbolic sizes welcome).
+``at::<op>_out`` does, and returns nothing; inside ``torch.compile`` a call of the function is
+traced as the op. Both run the function itself, so its checks, errors and launches are those of
+an eager call; the fake (for ``torch.compile`` and ``torch.export``) is the schema's
+(`OpSchema.fake`: shapes and dtypes from the inputs, symbolic sizes welcome).
 Imports torch: nothing imports this module before the package's ``register_torch_ops()``.
 """
 
@@ -18,18 +19,50 @@ from typing import Any
 import torch
 
 _TYPES = {"float32": "float", "float64": "float", "int32": "int", "int64": "int"}
-_DEFS: dict[str, Any] = {}  # kept referenced: torch's registry holds op definitions weakly
+# namespace -> op name -> definition, kept referenced: torch's registry holds them weakly.
+_DEFS: dict[str, dict[str, Any]] = {}
 
 
 def register(namespace: str, fns: Sequence[Callable[..., Any]]) -> tuple[str, ...]:
-    """Register each function's two ops (once; later calls do nothing); returns their names."""
-    if not _DEFS:
+    """Register each function's two ops under `namespace` (once; later calls do nothing);
+    returns their names."""
+    if namespace not in _DEFS:
         defs = {}
         for fn in fns:
             defs[fn.schema.op] = _functional(namespace, fn)
             defs[fn.schema.op + "_out"] = _out(namespace, fn)
-        _DEFS.update(defs)  # only once all are in: a failed attempt is retried next call
-    return tuple(_DEFS)
+        _DEFS[namespace] = defs  # only once all are in: a failed attempt is retried next call
+        _substitute(namespace, fns)
+    return tuple(_DEFS[namespace])
+
+
+def _substitute(namespace: str, fns: Sequence[Callable[..., Any]]) -> None:
+    """Let ``torch.compile`` trace a call of each function as its op (torch >= 2.5; as
+    tileaot.torch_ops._substitute does for tileaot's): the function itself reads data pointers,
+    which would break the graph. Without it, compiled code calls torch.ops.<namespace>.<op>."""
+    substitute = getattr(torch.compiler, "substitute_in_graph", None)
+    if substitute is None:
+        return
+    ops = getattr(torch.ops, namespace)
+    for fn in fns:
+        substitute(fn)(
+            _stand_in(fn, getattr(ops, fn.schema.op), getattr(ops, fn.schema.op + "_out"))
+        )
+
+
+def _stand_in(fn: Callable[..., Any], op: Any, out_op: Any) -> Callable[..., Any]:
+    # Only plain values in the closure: Dynamo inlines `stand_in` and must wrap each of them.
+    names, several = tuple(_names(fn.schema)), len(fn.schema.outs) > 1
+
+    def stand_in(*args: Any, **kwargs: Any) -> Any:  # (*args, **kwargs): Dynamo's wildcard
+        out = kwargs.pop("out", None)
+        values = _in_order(list(names), args, kwargs)
+        if out is None:
+            return op(*values)
+        out_op(*(tuple(out) if several else (out,)), *values)
+        return out
+
+    return stand_in
 
 
 def _names(schema: Any) -> list[str]:
