@@ -5,7 +5,8 @@ example's scaled_add (bf16, sm_80: one trace, one cubin and one PTX), compiles i
 wheel; the wheel is installed into a fresh virtualenv (--system-site-packages for torch; the
 wheel itself goes into the venv) and called there against the fake CUDA driver of cpp/tests_native
 (tests/_fake_driver.py), from a folder where neither the repository's sources nor the staged
-package can be imported. Checked: the launches (checked path, then the short path), out=, a
+package can be imported. Checked: the launches (the checked path: `_C.call`, the short path,
+refuses CPU tensors; tests/test_schema_op.py checks what it is handed), out=, a
 VariantMissError for a dtype and for a GPU the build lacks, one-line errors naming the argument,
 the torch custom ops (also under torch.compile), the C++ header, and that tileaot's own native
 module loads beside it.
@@ -144,7 +145,7 @@ launches = lambda: counter("n_launches")
 x, y = torch.randn(3, 300, dtype=torch.bfloat16), torch.randn(3, 300, dtype=torch.bfloat16)
 z = my_ops.scaled_add(x, y, 2.0)  # the checked path
 out = torch.empty_like(x)
-same = my_ops.scaled_add(x, y, 2.0, out=out)  # the short path (learned by the first call)
+same = my_ops.scaled_add(x, y, 2.0, out=out)  # checked again: `_C.call` sees CPU tensors
 report["z"] = [list(z.shape), str(z.dtype), same is out]
 report["launches"] = launches()
 report["streams"] = [fake.fake_cuda_launch_stream(i) for i in range(launches())]

@@ -16,13 +16,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import cpu_as_cuda, fake, misaligned, t, tileaot  # noqa: E402
+from test_short_path import module_fake  # noqa: E402
 from tileaot._schema import OpSchema  # noqa: E402
 from tileaot._schema_op import schema_op, unsupported  # noqa: E402
 from tileaot.gemm import SCHEMA as GEMM  # noqa: E402
 from tileaot.rms_norm import SCHEMA as RMS_NORM  # noqa: E402
 from tileaot.swiglu import SCHEMA as SWIGLU  # noqa: E402
 
-__all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
+__all__ = ["cpu_as_cuda", "fake", "module_fake"]  # fixtures, used by name
 
 pytestmark = pytest.mark.usefixtures("cpu_as_cuda")
 
@@ -203,3 +204,30 @@ def test_dlpack_arrays(fake) -> None:
     (launch,) = fake.launches
     assert launch.ptrs == (x.ctypes.data, w.ctypes.data, y.ctypes.data)
     assert launch.shapes == (4, 64, 64, 4, 64) and launch.scalars == (1e-5,)
+
+
+@pytest.mark.parametrize(
+    "schema, args",
+    [
+        (RMS_NORM, (t(7, 64), t(64), 1e-5)),
+        (GEMM, (t(9, 64), t(32, 64))),
+        (SWIGLU, (t(5, 128),)),
+        (LEAD, (t(6, 8), t(6, 8), t(6, dtype=torch.int32))),
+    ],
+)
+def test_the_short_path_passes_what_the_checked_path_launched(module_fake, schema, args) -> None:
+    """With a module-typed `_C` (the only kind `_lib.learn` trusts): the first call launches
+    and learns, the next ones are one `_C.call` each with the launch's tensors, shapes and
+    scalars and the schema's output bits (test_short_path.py does this for tileaot's ops)."""
+    op = schema_op(schema)
+    op(*args)
+    ((handle, _, _, ptrs, shapes, scalars),) = module_fake.launches
+    n_in = len(schema.inputs)
+    for out in (None, op(*args)):  # allocated by the short path, then given
+        got = op(*args, out=out)
+        (h, tensors, given_scalars, outputs) = module_fake.calls[-1]
+        assert (h, given_scalars, outputs) == (handle, scalars, schema.writes)
+        assert tuple(x.data_ptr() for x in tensors[:n_in]) == ptrs[:n_in]
+        assert tensors[n_in] is got and (out is None or got is out)
+        assert tuple(s for x in tensors for s in x.shape) == shapes
+    assert len(module_fake.launches) == 1 and len(module_fake.calls) == 3
