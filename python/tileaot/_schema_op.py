@@ -23,6 +23,7 @@ its hot path is as straight as a hand-written one.
 from __future__ import annotations
 
 import numbers
+import re
 import string
 from collections.abc import Callable
 from typing import Any
@@ -130,13 +131,15 @@ def _source(schema: OpSchema) -> str:
         if c.startswith("int"):
             conds.append(f"-{_INT_RANGE[c]} <= {n} < {_INT_RANGE[c]}")
     lines.append(f"    if {' and '.join(conds)}:")
-    lines += [f"        {line}" for line in _fast_sizes(schema)]
     made = [_new_output(schema, t, holders) for t in outs]
+    sizes = _fast_sizes(schema, " ".join(made))  # only what the allocation reads
+    lines.append("        if out is None:")
+    lines += [f"            {line}" for line in sizes]
     if len(outs) == 1:
-        lines.append(f"        _o_ = {made[0]} if out is None else out")
+        lines.append(f"            _o_ = {made[0]}\n        else:\n            _o_ = out")
     else:
         given = f"type(out) in (tuple, list) and len(out) == {len(outs)}"
-        lines.append(f"        if out is None:\n            _os_ = ({', '.join(made)},)")
+        lines.append(f"            _os_ = ({', '.join(made)},)")
         lines.append(f"        elif {given}:\n            _os_ = tuple(out)")
         lines.append("        else:\n            _os_ = None")
     order = _kernel_order(schema, "_o_" if len(outs) == 1 else "_os_[{i}]")
@@ -154,12 +157,14 @@ def _source(schema: OpSchema) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fast_sizes(schema: OpSchema) -> list[str]:
-    """Size names from the input shapes (the first input mentioning a name), for allocation."""
+def _fast_sizes(schema: OpSchema, uses: str) -> list[str]:
+    """Size names from the input shapes (the first input mentioning a name), for allocation:
+    those that the expressions `uses` read."""
     lines, bound = [], set()
+    used = set(re.findall(r"[A-Za-z_]\w*", uses))
     for t in schema.inputs:
         for i, d in enumerate(t.dims):
-            if d.name and d.name not in bound:
+            if d.name and d.name not in bound and d.name in used:
                 bound.add(d.name)
                 size = f"{t.api}.shape[{i}]"
                 lines.append(f"{d.name} = {size}" + (f" // {d.factor}" if d.factor > 1 else ""))
@@ -182,9 +187,17 @@ def _dim(d) -> str:
 
 
 def _new_output(schema: OpSchema, t, holders: dict[str, str]) -> str:
-    first = schema.inputs[0].api
+    """The short path's allocation of output `t`: like an input of its very dims and dtype
+    (``x.new_empty(x.shape)``, as a hand-written op does), else from the sizes."""
+    dims = [d.text for d in t.dims]
+    for i in schema.inputs:
+        if [d.text for d in i.dims] == dims and i.dtype == t.dtype:
+            return f"{i.api}.new_empty({i.api}.shape)"
+    first = schema.inputs[0]
+    if t.dtype == first.dtype:
+        return f"{first.api}.new_empty({_shape(t)})"
     dtype = f"{holders[t.dtype]}.dtype" if t.dtype in holders else _literal(t.dtype)
-    return f"{first}.new_empty({_shape(t)}, dtype={dtype})"
+    return f"{first.api}.new_empty({_shape(t)}, dtype={dtype})"
 
 
 def _literal(short: str) -> str:
