@@ -65,8 +65,8 @@ def resolve_module(value: str) -> tuple[str, Path | None]:
     return value, None
 
 
-def load_ops(module: str, config: str | None) -> tuple[list[Op], tuple[str, ...] | None]:
-    """The ops of `module` (narrowed by `config`) with their schemas, and the config's archs."""
+def load_ops(module: str, config: str | None) -> list[Op]:
+    """The ops of `module` (narrowed by `config`: CMake reads its archs) with their schemas."""
     try:
         mod = importlib.import_module(module)
     except ImportError as e:
@@ -79,13 +79,11 @@ def load_ops(module: str, config: str | None) -> tuple[list[Op], tuple[str, ...]
     specs = list(mod.all_specs())
     if not specs:
         raise ExtError(f"--kernels {module}: all_specs() returned no KernelSpec")
-    archs = None
     if config:
         from build_tools.userconfig import load
 
-        user = load(config)  # ConfigError (a ValueError) names the file and key
-        specs, archs = user.apply(specs), user.archs
-    return [_op(module, spec) for spec in specs], archs
+        specs = load(config).apply(specs)  # ConfigError (a ValueError) names the file and key
+    return [_op(module, spec) for spec in specs]
 
 
 def _op(module: str, spec) -> Op:
@@ -291,7 +289,7 @@ def build(args, pip_args: list[str]) -> int:
         module, folder = resolve_module(args.kernels)
         paths = [str(ROOT), str(ROOT / "python"), *([str(folder)] if folder else [])]
         sys.path[:0] = paths  # this checkout's tileaot (its schema), then the kernels
-        ops, _ = load_ops(module, args.config)
+        ops = load_ops(module, args.config)
         name = package_name(args.name, module)
         root = module_root(module)
         paths += [str(root)] if root and str(root) not in paths else []
