@@ -212,8 +212,9 @@ def test_the_wheel_in_a_fresh_venv(installed, tmp_path) -> None:
     assert r["tileaot"] in (True, None)  # tileaot's own _C (if installed) loads beside it
 
 
-def test_the_cpp_header(installed, tmp_path) -> None:
-    """<tileaot/ops.hpp> of the wheel declares tileaot::scaled_add (a C++17 syntax check)."""
+def test_the_cpp_header_and_the_stub(installed, tmp_path) -> None:
+    """<tileaot/ops.hpp> of the wheel declares tileaot::scaled_add (a C++17 syntax check);
+    _ops.pyi types the Python function."""
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("needs a C++ compiler")
@@ -229,6 +230,8 @@ def test_the_cpp_header(installed, tmp_path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (package / "lib" / "libmy_ops.so").is_file()
+    stub = (package / "_ops.pyi").read_text()  # the functions' signatures for type checkers
+    assert "def scaled_add(x: torch.Tensor, y: torch.Tensor, alpha: float, *, out:" in stub
 
 
 NUMERICS = """

@@ -143,7 +143,10 @@ def test_schemas_it_refuses(text, key, why) -> None:
 
 def test_signature_and_docstring() -> None:
     op = schema_op(RMS_NORM, "Root-mean-square normalisation.", module="my_ops")
-    assert str(inspect.signature(op)) == "(x, weight, eps, *, out=None)"
+    assert str(inspect.signature(op)) == (
+        "(x: 'torch.Tensor', weight: 'torch.Tensor', eps: float, *, "
+        "out: 'torch.Tensor | None' = None) -> 'torch.Tensor'"
+    )
     assert op.__name__ == "rms_norm" and op.__module__ == "my_ops"
     doc = op.__doc__
     assert doc.startswith("Root-mean-square normalisation.\n\nArgs:\n")

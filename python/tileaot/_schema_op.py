@@ -95,7 +95,8 @@ def schema_op(schema: OpSchema, doc: str = "", module: str | None = None) -> Cal
         "_WRITES_": schema.writes,
         "_OP_": schema.op,
     }
-    exec(compile(src, f"<tileaot op {schema.op}>", "exec"), scope)  # noqa: S102
+    # dont_inherit: this module's `from __future__ import annotations` would quote them twice
+    exec(compile(src, f"<tileaot op {schema.op}>", "exec", dont_inherit=True), scope)  # noqa: S102
     fn = scope[schema.op]
     fn.__source__ = src
     fn.schema = schema  # what `_schema_torch.register` makes the torch op of
@@ -120,7 +121,7 @@ def _source(schema: OpSchema) -> str:
     name, outs = schema.op, schema.outs
     holders = _holders(schema)
     fast_key = ", ".join(["_OP_", *(f"{h}.dtype" for h in holders.values())])
-    lines = [f"def {name}({', '.join([*ins, *scalars])}, *, out=None):"]
+    lines = [f"def {header(schema)}:"]
     # The short path: torch tensors of exactly the kernel's ranks (leading dims not collapsed),
     # scalars of the kernel's Python type; `fast` checks the rest in C++.
     conds = [f"type({ins[0]}) is _A_.Tensor"]
@@ -155,6 +156,19 @@ def _source(schema: OpSchema) -> str:
     lines.append(f"    return _checked_({call_args})")
     lines += _checked_source(schema, ins, scalars, holders, fast_key)
     return "\n".join(lines) + "\n"
+
+
+def header(schema: OpSchema) -> str:
+    """The function's name, annotated parameters and return type (its def line, and the stub
+    an external wheel ships for type checkers): torch tensors, as for tileaot's own ops."""
+    tensors = [f"{t.api}: 'torch.Tensor'" for t in schema.inputs]
+    scalars = [f"{n}: {'float' if c.startswith('float') else 'int'}" for n, c in schema.scalars]
+    one = len(schema.outs) == 1
+    result = (
+        "'torch.Tensor'" if one else f"'tuple[{', '.join(['torch.Tensor'] * len(schema.outs))}]'"
+    )
+    out = f"out: {result[:-1]} | None' = None"
+    return f"{schema.op}({', '.join([*tensors, *scalars])}, *, {out}) -> {result}"
 
 
 def _fast_sizes(schema: OpSchema, uses: str) -> list[str]:
