@@ -4,7 +4,8 @@ The kernel's `prim_func` is the authority on what it takes; the schema is what t
 the torch ops and the C++ header derive everything from. Checking each traced signature against
 the schema at generate time means the two cannot drift: a renamed, reordered or re-typed kernel
 parameter fails the build naming the op and the mismatch. Ops without a schema yet are skipped
-(listed by `unchecked`).
+(listed by `unchecked`). Kernels kept outside this repository (`build_tools wheel --kernels`)
+carry their schema in their KernelSpec: ``extra={"schema": SCHEMA}``.
 """
 
 from __future__ import annotations
@@ -29,12 +30,17 @@ def schema_of(op: str) -> Any | None:
     return schema if schema is not None and schema.op == op else None
 
 
+def schema_for(spec: Any) -> Any | None:
+    """The schema of a KernelSpec's op: its own (``extra["schema"]``), else tileaot.<op>'s."""
+    return spec.extra.get("schema") or schema_of(spec.op)
+
+
 def check_all(points: list, traced: dict) -> list[str]:
     """Check every traced (variant, arch) whose op has a schema; SystemExit on a mismatch.
     Returns the ops that have no schema (not checked)."""
     unchecked = set()
     for p in points:
-        schema = schema_of(p.spec.op)
+        schema = schema_for(p.spec)
         if schema is None:
             unchecked.add(p.spec.op)
             continue

@@ -263,8 +263,16 @@ class OpSchema:
             raise ValueError(f"{spec.api} must have shape {self._expected(spec, dims)}; got {got}")
         tail = shape[len(shape) - len(fixed) :]
         before = dict(dims)  # what other tensors bound: the sizes a message may fill in
-        if spec.lead:
-            dims.setdefault(spec.dims[0].name, math.prod(shape[: len(shape) - len(fixed)]))
+        if spec.lead:  # the leading dims' product binds (or must equal) the *M size
+            name, rows = spec.dims[0].name, math.prod(shape[: len(shape) - len(fixed)])
+            if dims.setdefault(name, rows) != rows:
+                by, by_shape = binder.get(name, (None, None))
+                match = f" to match {by} {by_shape}" if by else ""
+                raise ValueError(
+                    f"{spec.api} must have shape {self._expected(spec, before)} with leading dims "
+                    f"of {dims[name]} elements{match}; got {shape}"
+                )
+            binder.setdefault(name, (spec.api, shape))
         for i, (d, v) in enumerate(zip(fixed, tail, strict=True)):
             axis = i - len(fixed) if spec.lead else i
             if d.text.isdigit():
@@ -510,6 +518,11 @@ def _compile_bind(schema: OpSchema) -> Callable:
         if t.lead and t.dims[0].name not in dims:
             dims[t.dims[0].name] = f"prod(s{i}[:len(s{i}) - {n}])"
             dims["__lead__"] = f"s{i}[:len(s{i}) - {n}]"
+        elif t.lead:  # a size bound before: these leading dims must match it
+            checks.append(
+                f"    if prod(s{i}[:len(s{i}) - {n}]) != {dims[t.dims[0].name]}:\n"
+                "        return schema.bind_checked(args)"
+            )
         for j, d in enumerate(fixed):
             item = f"s{i}[{j - n}]" if t.lead else f"s{i}[{j}]"
             if d.text.isdigit():
@@ -524,9 +537,9 @@ def _compile_bind(schema: OpSchema) -> Callable:
                 checks.append(
                     f"    if {item} % {d.factor}:\n        return schema.bind_checked(args)"
                 )
-            if d.name in dims:
+            if d.name in dims:  # its binding expression: a *M size is assigned only at the end
                 checks.append(
-                    f"    if {size} != {d.name}:\n        return schema.bind_checked(args)"
+                    f"    if {size} != {dims[d.name]}:\n        return schema.bind_checked(args)"
                 )
             else:
                 dims[d.name] = size
