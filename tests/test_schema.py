@@ -23,7 +23,7 @@ _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
 
 # Ops whose wrappers run through their schema (the rest follow; see docs/ADDING_AN_OP.md).
-SCHEMA_OPS = ("rms_norm", "gemm", "swiglu")
+SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "per_block_cast_fp8")
 
 
 def _module(op: str):
@@ -66,24 +66,28 @@ def test_the_launcher_is_straight_line_code_in_kernel_order():
     assert "(x.data_ptr(), weight.data_ptr(), y.data_ptr(),), (M, N, N, M, N,), (eps, )" in src
 
 
-# What the hand-written wrappers passed before the schema (the golden record holds the rest).
+# What the hand-written wrappers passed before the schema (the golden record holds the rest):
+# op -> (key, example text, example flat shapes).
 EXAMPLES = {
-    "rms_norm": ("x[4096, 4096]", (4096,) * 5),
-    "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
-    "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
+    "rms_norm": ("bf16", "x[4096, 4096]", (4096,) * 5),
+    "gemm": ("bf16", "a[4096, 4096] b[4096, 4096]", (4096,) * 6),
+    "swiglu": ("bf16", "x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
+    "per_block_cast_fp8": ("bf16", "x[4096, 7168]", (4096, 7168, 4096, 7168, 32, 56)),
 }
-WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10}
+WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "per_block_cast_fp8": 0b110}
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
     "swiglu": "Tensor x",
+    "per_block_cast_fp8": "Tensor x, bool round_sf=False",
 }
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
 def test_derived_facts(op):
     schema = _module(op).SCHEMA
-    assert schema.example_shapes(schema.dtypes["T"][0]) == EXAMPLES[op]
+    key, *example = EXAMPLES[op]
+    assert schema.example_shapes(key) == tuple(example)
     assert schema.writes == WRITES[op]
     specs = importlib.import_module("tileaot.torch_ops._specs")
     (spec,) = [s for s in specs.SPECS if s.name == op]
@@ -96,6 +100,7 @@ def test_derived_facts(op):
         ("rms_norm", lambda: (t(3, 5, 64), t(64), 1e-6), [(3, 5, 64)]),
         ("gemm", lambda: (t(7, 32), t(16, 32)), [(7, 16)]),
         ("swiglu", lambda: (t(2, 3, 64),), [(2, 3, 32)]),
+        ("per_block_cast_fp8", lambda: (t(130, 300),), [(130, 300, "e4m3"), (2, 3, "fp32")]),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
@@ -103,7 +108,10 @@ def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
     (spec,) = [s for s in specs.SPECS if s.name == op]
     got = spec.fake(*args())
     got = got if isinstance(got, tuple) else (got,)
-    assert [tuple(g.shape) for g in got] == want and all(g.dtype == torch.bfloat16 for g in got)
+    want = [w if isinstance(w[-1], str) else (*w, "bf16") for w in want]
+    dtypes = {s: getattr(torch, a) for s, (a, _) in _schema.LITERALS.items()}
+    assert [tuple(g.shape) for g in got] == [w[:-1] for w in want]
+    assert [g.dtype for g in got] == [dtypes[w[-1]] for w in want]
 
 
 def test_bind_names_the_argument_and_the_tied_size():
@@ -164,7 +172,7 @@ def test_every_traced_variant_matches_its_schema(op):
         func = p.spec.factory(arch="sm_80", **p.key, **p.specialisation)
         sig = signature_of(func)
         params = [vars(x) for x in sig.params]
-        schema.check_signature(params, p.key, p.specialisation)
+        schema.check_signature(params, p.key, p.specialisation, p.spec.key_string(p.key))
 
 
 def test_the_schema_module_stays_torch_free():

@@ -22,6 +22,12 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
 * a dtype is a dtype variable (its allowed short names in `dtypes`; the first input holding it
   picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32``.
 * `key` formats the dispatch key from the dtype variables (and `extra` fields the wrapper passes).
+* `keyed` (optional): what a dispatch key fixes that no input binds, ``key -> {name: value}``:
+  a size as an int or an expression over the bound sizes (``{"G": "N // 128"}`` for g128
+  scales, ``{"G": 1}`` per token), a dtype variable as a short name (``{"S": "u8"}``). The
+  checked path applies it with `fix`; `example_shapes`, the fake and `check_signature` read it.
+* `key_of` (optional): the dispatch key of a call from its public arguments, unchecked (torch's
+  fake sees no key); it may return ``(schema, key)`` for a call another schema serves.
 
 From it come: the checked path's mechanical checks (`bind`: dtype by key, ranks, tied dims, device,
 contiguity, alignment, int32 range; `outputs`: allocation or `out=` checks, overlap), the launch
@@ -50,8 +56,14 @@ LITERALS = {
     "e4m3": ("float8_e4m3fn", "float8_e4m3fn"),
     "u8": ("uint8", "uint8"),
     "i32": ("int32", "int32"),
+    # dtypes only moved, never computed on (transpose serves them with the kernel of their width)
+    "e5m2": ("float8_e5m2", "float8_e5m2"),
+    "i8": ("int8", "int8"),
+    "i16": ("int16", "int16"),
+    "bool": ("bool", "bool"),
 }
 _TVM = {short: tvm for short, (_, tvm) in LITERALS.items()}
+_BY_ATTR = {attr: short for short, (attr, _) in LITERALS.items()}
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -150,6 +162,8 @@ class OpSchema:
     dtypes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     key: str = "{T}"
     example: Mapping[str, int] = field(default_factory=dict)
+    keyed: Callable[[str], Mapping[str, int | str]] | None = None
+    key_of: Callable[[Mapping[str, Any]], Any] | None = None
     tensors: tuple[TensorSpec, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()
 
@@ -200,8 +214,27 @@ class OpSchema:
 
     def example_shapes(self, key: str) -> tuple[str, tuple[int, ...]]:
         """A typical call for `python -m tileaot info`: its description and flat shapes, from
-        the schema's `example` sizes."""
-        return self.describe(self.example), self.flat(self.example)
+        the schema's `example` sizes (and what `keyed` fixes for `key`)."""
+        dims, _ = self.key_facts(key, self.example)
+        return self.describe(dims), self.flat(dims)
+
+    def key_facts(self, key: str | None, dims: Mapping[str, Any]) -> tuple[dict, dict]:
+        """`dims` plus the sizes `keyed` fixes for `key`, and the dtype variables it fixes."""
+        sizes, picked = dict(dims), {}
+        if self.keyed is not None and key is not None:
+            for name, v in self.keyed(key).items():
+                if name in self.dtypes:
+                    picked[name] = v
+                else:
+                    sizes[name] = Dim.parse(v).value(sizes) if isinstance(v, str) else v
+        return sizes, picked
+
+    def fix(self, bound: Bound, key: str) -> None:
+        """Add what `keyed` fixes for dispatch key `key` to a checked call's `bound` (its
+        output-only sizes and dtypes), so that `outputs` and `launch` see them."""
+        dims, picked = self.key_facts(key, bound.dims)
+        bound.dims.update(dims)
+        bound.picked.update(picked)
 
     # ------------------------------------------------------------ the checked path
     def bind(self, args: Mapping[str, Any]) -> Bound:
@@ -229,7 +262,7 @@ class OpSchema:
             elif spec.dtype in first:
                 _validate.same_dtype(spec.api, t, *first[spec.dtype])
             else:
-                picked[spec.dtype] = _validate.dtype_key(spec.api, t, self.dtypes[spec.dtype])
+                picked[spec.dtype] = _pick_dtype(spec.api, t, self.dtypes[spec.dtype])
                 first[spec.dtype] = (spec.api, t)
         dims: dict[str, int] = {}
         binder: dict[str, tuple[str, tuple]] = {}
@@ -326,9 +359,10 @@ class OpSchema:
         """Output names of the torch custom op (the `_out` op's arguments)."""
         return tuple(s.api for s in self.outs)
 
-    def fake(self, inputs: Mapping[str, Any], fw: Any) -> tuple:
+    def fake(self, inputs: Mapping[str, Any], fw: Any, key: str | None = None) -> tuple:
         """Empty stand-ins of the outputs for torch's fake tensors (symbolic sizes welcome):
-        shapes from the inputs' dims, dtypes from the schema; no checks."""
+        shapes from the inputs' dims (and what `keyed` fixes for `key`), dtypes from the
+        schema; no checks."""
         picked: dict[str, str] = {}
         dims: dict[str, Any] = {}
         lead: tuple = ()
@@ -349,6 +383,8 @@ class OpSchema:
             for d, v in zip(fixed, tail, strict=True):
                 if d.name is not None:
                     dims.setdefault(d.name, v // d.factor)
+        dims, fixed_dtypes = self.key_facts(key, dims)
+        picked.update(fixed_dtypes)
         return tuple(
             like.new_empty(
                 self.out_shape(s, dims, lead),
@@ -357,20 +393,32 @@ class OpSchema:
             for s in self.outs
         )
 
-    def check_signature(self, params: list[dict], key: Mapping[str, str], spec: Mapping) -> None:
+    def check_signature(
+        self,
+        params: list[dict],
+        key: Mapping[str, str],
+        spec: Mapping,
+        key_string: str | None = None,
+    ) -> None:
         """Compare a traced kernel signature (`build_tools.trace.Signature.params` as dicts)
         with the schema: names, order, kinds, ranks, dtypes for this key, and every fixed or
-        specialised dim. ValueError naming the op and the first mismatch."""
+        specialised dim. `key_string` is the key's dispatch-key string (`KernelSpec.key_string`;
+        by default spelled from `key`). ValueError naming the op and the first mismatch."""
         want = [(t.name, "tensor") for t in self.tensors] + [(n, "scalar") for n, _ in self.scalars]
         got = [(p["name"], p["kind"]) for p in params]
         if want != got:
             raise ValueError(f"{self.op}: kernel parameters {got} differ from the schema's {want}")
         values = {**{k: v for k, v in spec.items() if isinstance(v, int)}}
+        fixed = {} if self.keyed is None else self.keyed(key_string or _key_string(key))
+        for name, v in fixed.items():
+            if isinstance(v, int):
+                values[name] = v
         for t, p in zip(self.tensors, params, strict=False):
             where = f"{self.op} ({dict(key)}, {dict(spec) or 'generic'}): tensor {t.name}"
             if len(p["shape"]) != len(t.dims):
                 raise ValueError(f"{where} has rank {len(p['shape'])}, the schema {len(t.dims)}")
-            dtype = _TVM.get(t.dtype) or _TVM[_dtype_short(key, t.dtype)]
+            short = t.dtype if t.dtype in LITERALS else fixed.get(t.dtype)
+            dtype = _TVM[short] if short in _TVM else _TVM[_dtype_short(key, t.dtype)]
             if p["dtype"] != dtype:
                 raise ValueError(f"{where} has dtype {p['dtype']}, the schema {dtype}")
             for d, k in zip(t.dims, p["shape"], strict=True):
@@ -408,6 +456,31 @@ def _dtype_short(key: Mapping[str, str], var: str) -> str:
         if name in (short, attr, tvm):
             return short
     raise ValueError(f"no dtype for variable {var} in key {dict(key)}")
+
+
+def _key_string(key: Mapping[str, str]) -> str:
+    """A spec key's dispatch-key string ("bf16,g128"), as kernels_py.spec.KernelSpec spells it."""
+    return ",".join(_BY_ATTR.get(v, v) for v in key.values())
+
+
+def _pick_dtype(name: str, t: Any, supported: tuple[str, ...]) -> str:
+    """The short dtype name of tensor `t`, which must be one of `supported` (as
+    `_validate.dtype_key` says it, for any literal dtype)."""
+    _validate.require_tensor(name, t)
+    short = _BY_ATTR.get(str(t.dtype).removeprefix("torch."))
+    if short not in supported:
+        prefix = "" if type(t) is _validate.Array else "torch."
+        names = ", ".join(prefix + LITERALS[k][0] for k in supported)
+        raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {names}")
+    return short
+
+
+class _ShortNames(dict):
+    """dtype object (torch's or DLPack's) -> short name, or None; filled on first sight."""
+
+    def __missing__(self, dtype: Any) -> str | None:
+        short = self[dtype] = _BY_ATTR.get(str(dtype).removeprefix("torch."))
+        return short
 
 
 def _short(dtype: str, picked: Mapping[str, str]) -> str:
@@ -490,7 +563,7 @@ def _compile_bind(schema: OpSchema) -> Callable:
                 f"    if not ({' and '.join(types)}):\n        return schema.bind_checked(args)"
             )
             types = []
-            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORT.get(d{i})")
+            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORT[d{i}]")
     checks = []
     for i, t in enumerate(schema.inputs):
         v = f"a{i}"
@@ -548,7 +621,7 @@ def _exec(src: str, schema: OpSchema, name: str) -> Callable:
         "Bound": Bound,
         "prod": math.prod,
         "check_memory": _validate.check_memory,
-        "SHORT": _validate._SHORT,
+        "SHORT": _ShortNames(),
         "A": _arrays,  # A.Tensor, A._torch: torch's, once the first torch tensor was seen
     }
     exec(compile(src, f"<tileaot {name} {schema.op}>", "exec"), scope)  # noqa: S102

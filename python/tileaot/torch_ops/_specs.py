@@ -26,7 +26,7 @@ from ..gemm import gemm
 from ..moe_expand import GROUP as MOE_GROUP
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
-from ..per_block_cast_fp8 import BLOCK, per_block_cast_fp8
+from ..per_block_cast_fp8 import per_block_cast_fp8
 from ..per_token_cast_fp4 import per_token_cast_fp4
 from ..per_token_cast_fp8 import GROUP as TOKEN_GROUP
 from ..per_token_cast_fp8 import per_token_cast_fp8
@@ -72,12 +72,13 @@ _TYPES = {
 }
 
 
-def _schema_args(fn: Callable[..., Any]) -> str:
-    """The torch schema arguments of public function `fn`: its positional parameters, their
-    annotated types and defaults (keyword-only ones, ``out`` and the like, are not arguments)."""
+def _schema_args(fn: Callable[..., Any], fixed: Mapping[str, Any]) -> str:
+    """The torch schema arguments of public function `fn`: its parameters in order (keyword-only
+    ones too: the custom op forwards by name), their annotated types and defaults; not ``out``
+    nor the `fixed` ones."""
     args = []
     for p in inspect.signature(fn).parameters.values():
-        if p.kind is not p.POSITIONAL_OR_KEYWORD:
+        if p.name == "out" or p.name in fixed or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         text = f"{_TYPES[p.annotation]} {p.name}"
         if p.default is not p.empty:
@@ -90,15 +91,23 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
     """The `OpSpec` of public function `fn` whose module has a `SCHEMA` (tileaot/_schema.py):
     arguments from the function, outputs and fake from the schema."""
     schema = sys.modules[fn.__module__].SCHEMA
-    names = [p.name for p in inspect.signature(fn).parameters.values()]
-    tensors = {t.api for t in schema.inputs}
+    params = inspect.signature(fn).parameters.values()
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    names = [p.name for p in params]
 
     def fake(*args: Any) -> Any:
-        given = dict(zip(names, args, strict=False))
-        outs = schema.fake({n: v for n, v in given.items() if n in tensors}, torch)
+        given = {**defaults, **dict(zip(names, args, strict=False))}
+        serving, key = schema, None
+        if schema.key_of is not None:  # the key picks sizes/dtypes (or the schema) of the outputs
+            key = schema.key_of(given)
+            if isinstance(key, tuple):
+                serving, key = key
+        tensors = {t.api: given[t.api] for t in serving.inputs if t.api in given}
+        outs = serving.fake(tensors, torch, key)
         return outs[0] if len(outs) == 1 else outs
 
-    return OpSpec(fn, _schema_args(fn), schema.torch_outs(), fake, **extra)
+    fixed = extra.get("fixed", {})
+    return OpSpec(fn, _schema_args(fn, fixed), schema.torch_outs(), fake, **extra)
 
 
 def _like(x: torch.Tensor, *_: Any) -> torch.Tensor:
@@ -120,11 +129,6 @@ def _per_token_cast_fp4(x, group_size, scale_format):
     scale_dtype = torch.uint8 if scale_format == "ue8m0" else FP8
     q = x.new_empty((*rows, n // 2), dtype=torch.uint8)  # two E2M1 codes per byte
     return q, x.new_empty((*rows, n // group_size), dtype=scale_dtype)
-
-
-def _per_block_cast_fp8(x, round_sf):
-    m, n = x.shape
-    return _quantised(x, (m, n), ((m + BLOCK - 1) // BLOCK, (n + BLOCK - 1) // BLOCK))
 
 
 def _cast_back(q, scale, layout, group_size, out_dtype):
@@ -190,9 +194,7 @@ SPECS: tuple[OpSpec, ...] = (
         ("q", "scale"),
         _per_token_cast_fp4,
     ),
-    OpSpec(
-        per_block_cast_fp8, "Tensor x, bool round_sf=False", ("q", "scale"), _per_block_cast_fp8
-    ),
+    _from_schema(per_block_cast_fp8),
     OpSpec(
         cast_back,
         "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
