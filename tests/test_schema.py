@@ -23,7 +23,7 @@ _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
 
 # Ops whose wrappers run through their schema (the rest follow; see docs/ADDING_AN_OP.md).
-SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "per_block_cast_fp8")
+SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "per_block_cast_fp8", "per_token_cast_fp8")
 
 
 def _module(op: str):
@@ -73,21 +73,29 @@ EXAMPLES = {
     "gemm": ("bf16", "a[4096, 4096] b[4096, 4096]", (4096,) * 6),
     "swiglu": ("bf16", "x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
     "per_block_cast_fp8": ("bf16", "x[4096, 7168]", (4096, 7168, 4096, 7168, 32, 56)),
+    "per_token_cast_fp8": ("bf16,g128", "x[4096, 7168]", (4096, 7168, 4096, 7168, 4096, 56)),
+    "per_token_cast_fp8/token": ("fp32,token", "x[4096, 7168]", (4096, 7168) * 2 + (4096, 1)),
 }
 WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "per_block_cast_fp8": 0b110}
+WRITES["per_token_cast_fp8"] = 0b110
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
     "swiglu": "Tensor x",
     "per_block_cast_fp8": "Tensor x, bool round_sf=False",
+    "per_token_cast_fp8": "Tensor x, int? group_size=128, bool round_sf=False",
 }
+
+
+@pytest.mark.parametrize("case", sorted(EXAMPLES))
+def test_info_examples(case):
+    key, *example = EXAMPLES[case]
+    assert _module(case.partition("/")[0]).SCHEMA.example_shapes(key) == tuple(example)
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
 def test_derived_facts(op):
     schema = _module(op).SCHEMA
-    key, *example = EXAMPLES[op]
-    assert schema.example_shapes(key) == tuple(example)
     assert schema.writes == WRITES[op]
     specs = importlib.import_module("tileaot.torch_ops._specs")
     (spec,) = [s for s in specs.SPECS if s.name == op]
@@ -101,6 +109,9 @@ def test_derived_facts(op):
         ("gemm", lambda: (t(7, 32), t(16, 32)), [(7, 16)]),
         ("swiglu", lambda: (t(2, 3, 64),), [(2, 3, 32)]),
         ("per_block_cast_fp8", lambda: (t(130, 300),), [(130, 300, "e4m3"), (2, 3, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256),), [(3, 256, "e4m3"), (3, 2, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256), None), [(3, 256, "e4m3"), (3, 1, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256), 256), [(3, 256, "e4m3"), (3, 1, "fp32")]),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):

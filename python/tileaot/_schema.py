@@ -373,7 +373,7 @@ class OpSchema:
                 continue
             like = like if like is not None else t
             if spec.dtype not in LITERALS and spec.dtype not in picked:
-                picked[spec.dtype] = _short_of(t.dtype)
+                picked[spec.dtype] = short_of(t.dtype)
             shape = tuple(t.shape)
             fixed = spec.dims[1:] if spec.lead else spec.dims
             tail = shape[len(shape) - len(fixed) :]
@@ -411,8 +411,10 @@ class OpSchema:
         values = {**{k: v for k, v in spec.items() if isinstance(v, int)}}
         fixed = {} if self.keyed is None else self.keyed(key_string or _key_string(key))
         for name, v in fixed.items():
-            if isinstance(v, int):
-                values[name] = v
+            if name not in self.dtypes:  # a size: known where it is a number or its names are
+                size = _maybe_value(Dim.parse(v), values) if isinstance(v, str) else v
+                if size is not None:
+                    values[name] = size
         for t, p in zip(self.tensors, params, strict=False):
             where = f"{self.op} ({dict(key)}, {dict(spec) or 'generic'}): tensor {t.name}"
             if len(p["shape"]) != len(t.dims):
@@ -487,12 +489,12 @@ def _short(dtype: str, picked: Mapping[str, str]) -> str:
     return dtype if dtype in LITERALS else picked[dtype]
 
 
-def _short_of(dtype: Any) -> str:
-    name = str(dtype).removeprefix("torch.")
-    for short, (attr, _) in LITERALS.items():
-        if name == attr:
-            return short
-    raise TypeError(f"unsupported dtype {dtype}")
+def short_of(dtype: Any) -> str:
+    """The short name of a torch or DLPack dtype ("bf16"); TypeError for one not in LITERALS."""
+    short = _BY_ATTR.get(str(dtype).removeprefix("torch."))
+    if short is None:
+        raise TypeError(f"unsupported dtype {dtype}")
+    return short
 
 
 def _literal_dtype(name: str, t: Any, short: str) -> None:

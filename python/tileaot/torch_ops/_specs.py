@@ -28,7 +28,6 @@ from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..per_block_cast_fp8 import per_block_cast_fp8
 from ..per_token_cast_fp4 import per_token_cast_fp4
-from ..per_token_cast_fp8 import GROUP as TOKEN_GROUP
 from ..per_token_cast_fp8 import per_token_cast_fp8
 from ..rms_norm import rms_norm
 from ..sinkhorn_normalize import sinkhorn_normalize
@@ -118,12 +117,6 @@ def _quantised(x: torch.Tensor, q_shape, scale_shape, scale_dtype=torch.float32)
     return x.new_empty(q_shape, dtype=FP8), x.new_empty(scale_shape, dtype=scale_dtype)
 
 
-def _per_token_cast_fp8(x, group_size, round_sf):
-    m, n = x.shape
-    groups = n // TOKEN_GROUP if group_size == TOKEN_GROUP else 1
-    return _quantised(x, (m, n), (m, groups))
-
-
 def _per_token_cast_fp4(x, group_size, scale_format):
     *rows, n = x.shape
     scale_dtype = torch.uint8 if scale_format == "ue8m0" else FP8
@@ -182,12 +175,7 @@ _GRAD = ("grad_out",)
 SPECS: tuple[OpSpec, ...] = (
     _from_schema(rms_norm),
     _from_schema(gemm),
-    OpSpec(
-        per_token_cast_fp8,
-        "Tensor x, int? group_size=128, bool round_sf=False",
-        ("q", "scale"),
-        _per_token_cast_fp8,
-    ),
+    _from_schema(per_token_cast_fp8),
     OpSpec(
         per_token_cast_fp4,
         "Tensor x, int group_size=32, str scale_format='ue8m0'",
