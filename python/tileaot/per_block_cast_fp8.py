@@ -113,14 +113,19 @@ def per_block_cast_fp8(
         if type(x) is _arrays.Tensor:  # one launch over (x, q, scale): what the short path passes
             _lib.learn((_OP, x.dtype), handle)
         return q, scale
-    handle = _lib.handle(_OP, bound.picked["T"])
-    launch, stream = SCHEMA.launcher(), _lib.current_stream(bound.device)
-    for r0 in range(0, m, _ROWS_PER_LAUNCH):  # row slices of whole scale blocks
-        r1 = min(m, r0 + _ROWS_PER_LAUNCH)
-        part = (x[r0:r1], q[r0:r1], scale[r0 // BLOCK : -(-r1 // BLOCK)])
-        launch(
-            handle, bound.device, stream, *part, *_ROUND_SF[round_sf], M=r1 - r0, N=bound.dims["N"]
+    # Row slices of whole scale blocks, by pointer offsets (DLPack views cannot be sliced).
+    handle, dims = _lib.handle(_OP, bound.picked["T"]), bound.dims
+    stream, native = _lib.current_stream(bound.device), _lib.native()
+    x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
+    row_bytes, scale_row_bytes = dims["N"] * x.element_size(), scale.shape[1] * 4
+    for r0 in range(0, m, _ROWS_PER_LAUNCH):
+        ptrs = (
+            x_ptr + r0 * row_bytes,
+            q_ptr + r0 * dims["N"],
+            s_ptr + r0 // BLOCK * scale_row_bytes,
         )
+        shapes = SCHEMA.flat({**dims, "M": min(m - r0, _ROWS_PER_LAUNCH)})
+        native.launch(handle, bound.device, stream, ptrs, shapes, _ROUND_SF[round_sf])
     return q, scale
 
 

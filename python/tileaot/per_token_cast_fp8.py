@@ -142,12 +142,15 @@ def per_token_cast_fp8(
             # One launch over exactly (x, q, scale): what the short path passes for this key.
             _lib.learn((_OP, x.dtype, group_size), handle)
         return q, scale
-    handle, launch = _lib.handle(_OP, key), SCHEMA.launcher()
-    stream = _lib.current_stream(bound.device)
+    # Row slices, by pointer offsets (DLPack views cannot be sliced).
+    handle, dims = _lib.handle(_OP, key), bound.dims
+    stream, native = _lib.current_stream(bound.device), _lib.native()
+    x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
+    row_bytes = n * x.element_size()
     for r0 in range(0, m, step):  # one launch unless M > 4,194,240 (g128)
-        r1 = min(m, r0 + step)
-        part = (x[r0:r1], q[r0:r1], scale[r0:r1])
-        launch(handle, bound.device, stream, *part, *scalars, M=r1 - r0, N=n, G=bound.dims["G"])
+        ptrs = (x_ptr + r0 * row_bytes, q_ptr + r0 * n, s_ptr + r0 * dims["G"] * 4)
+        shapes = SCHEMA.flat({**dims, "M": min(m - r0, step)})
+        native.launch(handle, bound.device, stream, ptrs, shapes, scalars)
     return q, scale
 
 
