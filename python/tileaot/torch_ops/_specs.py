@@ -141,10 +141,6 @@ def _swiglu_per_token_cast_fp8(x, weights, clamp, round_sf):
     return _quantised(x, (m, h), (m, h // SWIGLU_GROUP))
 
 
-def _transpose(x):
-    return x.new_empty((*x.shape[:-2], x.shape[-1], x.shape[-2]))
-
-
 def _sinkhorn_normalize_backward(grad_out, logits, repeat, eps):
     return torch.empty_like(logits)
 
@@ -203,7 +199,7 @@ SPECS: tuple[OpSpec, ...] = (
         ("q", "scale"),
         _swiglu_per_token_cast_fp8,
     ),
-    OpSpec(transpose, "Tensor x", ("out",), _transpose),
+    _from_schema(transpose),
     OpSpec(sinkhorn_normalize, "Tensor logits, int repeat=10, float eps=1e-06", ("out",), _like),
     OpSpec(
         sinkhorn_normalize_backward,
