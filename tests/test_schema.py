@@ -23,7 +23,15 @@ _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
 
 # Ops whose wrappers run through their schema (the rest follow; see docs/ADDING_AN_OP.md).
-SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "per_block_cast_fp8", "per_token_cast_fp8", "transpose")
+SCHEMA_OPS = (
+    "rms_norm",
+    "gemm",
+    "swiglu",
+    "per_block_cast_fp8",
+    "per_token_cast_fp8",
+    "transpose",
+    "swiglu_per_token_cast_fp8",
+)
 
 
 def _module(op: str):
@@ -76,9 +84,14 @@ EXAMPLES = {
     "per_token_cast_fp8": ("bf16,g128", "x[4096, 7168]", (4096, 7168, 4096, 7168, 4096, 56)),
     "per_token_cast_fp8/token": ("fp32,token", "x[4096, 7168]", (4096, 7168) * 2 + (4096, 1)),
     "transpose": ("e4m3", "x[1, 4096, 7168]", (1, 4096, 7168, 1, 7168, 4096)),
+    "swiglu_per_token_cast_fp8": (
+        "bf16",
+        "x[4096, 2 * 7168]",
+        (4096, 14336, 4096, 4096, 7168, 4096, 7168 // 128),
+    ),
 }
 WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "per_block_cast_fp8": 0b110}
-WRITES.update(per_token_cast_fp8=0b110, transpose=0b10)
+WRITES.update(per_token_cast_fp8=0b110, transpose=0b10, swiglu_per_token_cast_fp8=0b1100)
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
@@ -86,6 +99,8 @@ TORCH_ARGS = {
     "per_block_cast_fp8": "Tensor x, bool round_sf=False",
     "per_token_cast_fp8": "Tensor x, int? group_size=128, bool round_sf=False",
     "transpose": "Tensor x",
+    "swiglu_per_token_cast_fp8": "Tensor x, Tensor? weights=None, float? clamp=None, "
+    "bool round_sf=False",
 }
 
 
@@ -116,6 +131,16 @@ def test_derived_facts(op):
         ("per_token_cast_fp8", lambda: (t(3, 256), 256), [(3, 256, "e4m3"), (3, 1, "fp32")]),
         ("transpose", lambda: (t(2, 3, 5, dtype=torch.int16),), [(2, 5, 3, "i16")]),
         ("transpose", lambda: (t(3, 5),), [(5, 3)]),
+        (
+            "swiglu_per_token_cast_fp8",
+            lambda: (t(3, 512), None),
+            [(3, 256, "e4m3"), (3, 2, "fp32")],
+        ),
+        (
+            "swiglu_per_token_cast_fp8",
+            lambda: (t(3, 512), t(3, dtype=torch.float32), 7.0, True),
+            [(3, 256, "e4m3"), (3, 2, "fp32")],
+        ),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):

@@ -519,8 +519,7 @@ def swiglu(dt: str, m: int, h: int, use: str = "") -> Call:
 
 
 def swiglu_per_token_cast_fp8(dt: str, m: int, h: int, use: str = "") -> Call:
-    shapes = (m, 2 * h, m, m, h, m, h // FP8_GROUP)
-    return Call("swiglu_per_token_cast_fp8", dt, shapes, f"x[{m}, 2 * {h}]", (use,))
+    return _from_schema("swiglu_per_token_cast_fp8", dt, use, M=m, H=h)
 
 
 def per_token_cast_fp8(dt: str, m: int, n: int, group: int, use: str = "") -> Call:

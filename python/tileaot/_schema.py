@@ -500,7 +500,8 @@ def short_of(dtype: Any) -> str:
 def _literal_dtype(name: str, t: Any, short: str) -> None:
     _validate.require_tensor(name, t)
     if str(t.dtype).removeprefix("torch.") != LITERALS[short][0]:
-        raise TypeError(f"{name} has dtype {t.dtype}; it must be {LITERALS[short][0]}")
+        prefix = "" if type(t) is _validate.Array else "torch."
+        raise TypeError(f"{name} has dtype {t.dtype}; it must be {prefix}{LITERALS[short][0]}")
 
 
 def _compile_launcher(schema: OpSchema) -> Callable:

@@ -33,7 +33,6 @@ from ..rms_norm import rms_norm
 from ..sinkhorn_normalize import sinkhorn_normalize
 from ..sinkhorn_normalize_backward import sinkhorn_normalize_backward
 from ..swiglu import swiglu
-from ..swiglu_per_token_cast_fp8 import GROUP as SWIGLU_GROUP
 from ..swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from ..topk_gate import topk_gate
 from ..transpose import transpose
@@ -113,10 +112,6 @@ def _like(x: torch.Tensor, *_: Any) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-def _quantised(x: torch.Tensor, q_shape, scale_shape, scale_dtype=torch.float32):
-    return x.new_empty(q_shape, dtype=FP8), x.new_empty(scale_shape, dtype=scale_dtype)
-
-
 def _per_token_cast_fp4(x, group_size, scale_format):
     *rows, n = x.shape
     scale_dtype = torch.uint8 if scale_format == "ue8m0" else FP8
@@ -134,11 +129,6 @@ def _cast_back(q, scale, layout, group_size, out_dtype):
 def _topk_gate(scores, k, scoring, renormalize):
     t = scores.shape[0]
     return scores.new_empty(t, k, dtype=torch.int32), scores.new_empty(t, k)
-
-
-def _swiglu_per_token_cast_fp8(x, weights, clamp, round_sf):
-    m, h = x.shape[0], x.shape[1] // 2
-    return _quantised(x, (m, h), (m, h // SWIGLU_GROUP))
 
 
 def _sinkhorn_normalize_backward(grad_out, logits, repeat, eps):
@@ -193,12 +183,7 @@ SPECS: tuple[OpSpec, ...] = (
         _topk_gate,
     ),
     _from_schema(swiglu),
-    OpSpec(
-        swiglu_per_token_cast_fp8,
-        "Tensor x, Tensor? weights=None, float? clamp=None, bool round_sf=False",
-        ("q", "scale"),
-        _swiglu_per_token_cast_fp8,
-    ),
+    _from_schema(swiglu_per_token_cast_fp8),
     _from_schema(transpose),
     OpSpec(sinkhorn_normalize, "Tensor logits, int repeat=10, float eps=1e-06", ("out",), _like),
     OpSpec(
