@@ -31,6 +31,7 @@ SCHEMA_OPS = (
     "per_token_cast_fp8",
     "transpose",
     "swiglu_per_token_cast_fp8",
+    "per_token_cast_fp4",
 )
 
 
@@ -89,9 +90,16 @@ EXAMPLES = {
         "x[4096, 2 * 7168]",
         (4096, 14336, 4096, 4096, 7168, 4096, 7168 // 128),
     ),
+    "per_token_cast_fp4": ("bf16,g32,ue8m0", "x[4096, 7168]", (4096, 7168, 4096, 3584, 4096, 224)),
+    "per_token_cast_fp4/g16": (
+        "fp32,g16,e4m3",
+        "x[4096, 7168]",
+        (4096, 7168, 4096, 3584, 4096, 448),
+    ),
 }
 WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "per_block_cast_fp8": 0b110}
 WRITES.update(per_token_cast_fp8=0b110, transpose=0b10, swiglu_per_token_cast_fp8=0b1100)
+WRITES.update(per_token_cast_fp4=0b110)
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
@@ -101,6 +109,7 @@ TORCH_ARGS = {
     "transpose": "Tensor x",
     "swiglu_per_token_cast_fp8": "Tensor x, Tensor? weights=None, float? clamp=None, "
     "bool round_sf=False",
+    "per_token_cast_fp4": "Tensor x, int group_size=32, str scale_format='ue8m0'",
 }
 
 
@@ -141,6 +150,8 @@ def test_derived_facts(op):
             lambda: (t(3, 512), t(3, dtype=torch.float32), 7.0, True),
             [(3, 256, "e4m3"), (3, 2, "fp32")],
         ),
+        ("per_token_cast_fp4", lambda: (t(2, 3, 64),), [(2, 3, 32, "u8"), (2, 3, 2, "u8")]),
+        ("per_token_cast_fp4", lambda: (t(4, 64), 16, "e4m3"), [(4, 32, "u8"), (4, 4, "e4m3")]),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):

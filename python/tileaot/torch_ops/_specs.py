@@ -37,8 +37,6 @@ from ..swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from ..topk_gate import topk_gate
 from ..transpose import transpose
 
-FP8 = torch.float8_e4m3fn
-
 
 @dataclass(frozen=True)
 class OpSpec:
@@ -112,13 +110,6 @@ def _like(x: torch.Tensor, *_: Any) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-def _per_token_cast_fp4(x, group_size, scale_format):
-    *rows, n = x.shape
-    scale_dtype = torch.uint8 if scale_format == "ue8m0" else FP8
-    q = x.new_empty((*rows, n // 2), dtype=torch.uint8)  # two E2M1 codes per byte
-    return q, x.new_empty((*rows, n // group_size), dtype=scale_dtype)
-
-
 def _cast_back(q, scale, layout, group_size, out_dtype):
     shape = q.shape
     if q.dtype == torch.uint8:  # packed FP4: two values per byte
@@ -162,12 +153,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(rms_norm),
     _from_schema(gemm),
     _from_schema(per_token_cast_fp8),
-    OpSpec(
-        per_token_cast_fp4,
-        "Tensor x, int group_size=32, str scale_format='ue8m0'",
-        ("q", "scale"),
-        _per_token_cast_fp4,
-    ),
+    _from_schema(per_token_cast_fp4),
     _from_schema(per_block_cast_fp8),
     OpSpec(
         cast_back,
