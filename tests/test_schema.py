@@ -32,11 +32,14 @@ SCHEMA_OPS = (
     "transpose",
     "swiglu_per_token_cast_fp8",
     "per_token_cast_fp4",
+    "cast_back_fp8",
+    "cast_back_fp4",
 )
 
 
 def _module(op: str):
-    return importlib.import_module(f"tileaot.{op}")
+    """The module holding op's schema: tileaot.<op>, or a public op's helper tileaot._<op>."""
+    return importlib.import_module(f"tileaot.{'_' if op == 'cast_back_fp4' else ''}{op}")
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
@@ -91,6 +94,31 @@ EXAMPLES = {
         (4096, 14336, 4096, 4096, 7168, 4096, 7168 // 128),
     ),
     "per_token_cast_fp4": ("bf16,g32,ue8m0", "x[4096, 7168]", (4096, 7168, 4096, 3584, 4096, 224)),
+    "cast_back_fp8": (
+        "bf16,g128",
+        "q[4096, 7168] scale[4096, 56]",
+        (4096, 7168, 4096, 56, 4096, 7168),
+    ),
+    "cast_back_fp8/token": (
+        "fp32,token",
+        "q[4096, 7168] scale[4096, 1]",
+        (4096, 7168, 4096, 1, 4096, 7168),
+    ),
+    "cast_back_fp8/block": (
+        "bf16,block128",
+        "q[4096, 7168] scale[32, 56]",
+        (4096, 7168, 32, 56, 4096, 7168),
+    ),
+    "cast_back_fp4": (
+        "bf16,g32,ue8m0",
+        "q[4096, 3584] scale[4096, 224]",
+        (4096, 3584, 4096, 224, 4096, 7168),
+    ),
+    "cast_back_fp4/g16": (
+        "fp32,g16,e4m3",
+        "q[4096, 3584] scale[4096, 448]",
+        (4096, 3584, 4096, 448, 4096, 7168),
+    ),
     "per_token_cast_fp4/g16": (
         "fp32,g16,e4m3",
         "x[4096, 7168]",
@@ -99,7 +127,7 @@ EXAMPLES = {
 }
 WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "per_block_cast_fp8": 0b110}
 WRITES.update(per_token_cast_fp8=0b110, transpose=0b10, swiglu_per_token_cast_fp8=0b1100)
-WRITES.update(per_token_cast_fp4=0b110)
+WRITES.update(per_token_cast_fp4=0b110, cast_back_fp8=0b100, cast_back_fp4=0b100)
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
@@ -110,7 +138,11 @@ TORCH_ARGS = {
     "swiglu_per_token_cast_fp8": "Tensor x, Tensor? weights=None, float? clamp=None, "
     "bool round_sf=False",
     "per_token_cast_fp4": "Tensor x, int group_size=32, str scale_format='ue8m0'",
+    "cast_back": "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
+    "ScalarType? out_dtype=None",
 }
+# The public op serving each kernel op (its torch custom op).
+PUBLIC = {"cast_back_fp8": "cast_back", "cast_back_fp4": "cast_back"}
 
 
 @pytest.mark.parametrize("case", sorted(EXAMPLES))
@@ -124,8 +156,8 @@ def test_derived_facts(op):
     schema = _module(op).SCHEMA
     assert schema.writes == WRITES[op]
     specs = importlib.import_module("tileaot.torch_ops._specs")
-    (spec,) = [s for s in specs.SPECS if s.name == op]
-    assert spec.args == TORCH_ARGS[op] and spec.outs == schema.torch_outs()
+    (spec,) = [s for s in specs.SPECS if s.name == PUBLIC.get(op, op)]
+    assert spec.args == TORCH_ARGS[spec.name] and spec.outs == schema.torch_outs()
 
 
 @pytest.mark.parametrize(
@@ -152,6 +184,24 @@ def test_derived_facts(op):
         ),
         ("per_token_cast_fp4", lambda: (t(2, 3, 64),), [(2, 3, 32, "u8"), (2, 3, 2, "u8")]),
         ("per_token_cast_fp4", lambda: (t(4, 64), 16, "e4m3"), [(4, 32, "u8"), (4, 4, "e4m3")]),
+        ("cast_back", lambda: (_e4m3(4, 256), t(4, 2, dtype=torch.float32)), [(4, 256)]),
+        (
+            "cast_back",
+            lambda: (
+                _e4m3(130, 200),
+                t(2, 2, dtype=torch.float32),
+                "block128",
+                None,
+                torch.float32,
+            ),
+            [(130, 200, "fp32")],
+        ),
+        ("cast_back", lambda: (_u8(2, 3, 8), _u8(2, 3, 1), None, 16), [(2, 3, 16)]),
+        (
+            "cast_back",
+            lambda: (_u8(4, 16), _e4m3(4, 2), None, 16, torch.float32),
+            [(4, 32, "fp32")],
+        ),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
@@ -163,6 +213,14 @@ def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
     dtypes = {s: getattr(torch, a) for s, (a, _) in _schema.LITERALS.items()}
     assert [tuple(g.shape) for g in got] == [w[:-1] for w in want]
     assert [g.dtype for g in got] == [dtypes[w[-1]] for w in want]
+
+
+def _e4m3(*shape):
+    return torch.zeros(shape).to(torch.float8_e4m3fn)
+
+
+def _u8(*shape):
+    return torch.zeros(shape, dtype=torch.uint8)
 
 
 def test_bind_names_the_argument_and_the_tied_size():

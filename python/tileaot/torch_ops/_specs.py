@@ -110,13 +110,6 @@ def _like(x: torch.Tensor, *_: Any) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-def _cast_back(q, scale, layout, group_size, out_dtype):
-    shape = q.shape
-    if q.dtype == torch.uint8:  # packed FP4: two values per byte
-        shape = (*shape[:-1], 2 * shape[-1])
-    return q.new_empty(shape, dtype=torch.bfloat16 if out_dtype is None else out_dtype)
-
-
 def _topk_gate(scores, k, scoring, renormalize):
     t = scores.shape[0]
     return scores.new_empty(t, k, dtype=torch.int32), scores.new_empty(t, k)
@@ -155,13 +148,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(per_token_cast_fp8),
     _from_schema(per_token_cast_fp4),
     _from_schema(per_block_cast_fp8),
-    OpSpec(
-        cast_back,
-        "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
-        "ScalarType? out_dtype=None",
-        ("out",),
-        _cast_back,
-    ),
+    _from_schema(cast_back),
     OpSpec(
         topk_gate,
         "Tensor scores, int k, str scoring='softmax', bool renormalize=True",
