@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _fakes import STREAM, fake, t, tileaot  # noqa: F401 - fixtures
+from _fakes import STREAM, cpu_as_cuda, fake, t, tileaot  # noqa: F401 - fixtures
 from _lowering import needs_tilelang
 
 torch = pytest.importorskip("torch")
@@ -70,6 +70,55 @@ def test_the_grammar_reads_back():
     assert s.example_shapes("bf16") == ("x[2, 2 * 256]", (2, 512, 256, 2, 256, 2, 2, 64))
     with pytest.raises(ValueError, match="unknown dtype"):
         OpSchema("bad", "x[N]: Q -> y[N]: Q")
+
+
+def test_keyed_sizes_and_dtypes_follow_the_key(cpu_as_cuda):  # noqa: F811
+    s = OpSchema(
+        "demo",
+        "x[M, N]: T -> q[M, N]: S, scale[M, G]: fp32",
+        dtypes={"T": ("bf16",), "S": ("u8", "e4m3")},
+        keyed=lambda key: (
+            {"G": "N // 8", "S": "u8"} if key.endswith("g8") else {"G": 1, "S": "e4m3"}
+        ),
+        example={"M": 2, "N": 64},
+    )
+    assert s.example_shapes("bf16,g8") == ("x[2, 64]", (2, 64, 2, 64, 2, 8))
+    assert s.example_shapes("bf16,token") == ("x[2, 64]", (2, 64, 2, 64, 2, 1))
+    bound = s.bind({"x": t(3, 64)})
+    s.fix(bound, "bf16,g8")
+    assert bound.dims == {"M": 3, "N": 64, "G": 8} and bound.picked == {"T": "bf16", "S": "u8"}
+    q, scale = s.fake({"x": t(3, 64)}, torch, "bf16,token")
+    assert (q.shape, q.dtype, scale.shape) == ((3, 64), torch.float8_e4m3fn, (3, 1))
+    key = {"dtype": "bfloat16", "group": "g8"}
+    params = _params(s)
+    params[1]["dtype"], params[2]["dtype"] = "uint8", "float32"
+    s.check_signature(params, key, {"N": 64})
+    params[2]["shape"] = ["d_M", 4]  # the kernel's scale has 4 columns, the key says 64 // 8
+    with pytest.raises(ValueError, match="dim G is 4 in the kernel, 8 here"):
+        s.check_signature(params, key, {"N": 64})
+    params[1]["dtype"] = "float8_e4m3fn"
+    with pytest.raises(ValueError, match="tensor q has dtype float8_e4m3fn, the schema uint8"):
+        s.check_signature(params, key, {})
+
+
+def test_optional_inputs_bind_where_given(cpu_as_cuda):  # noqa: F811
+    s = OpSchema("demo", "x[M, N]: T, w?[M]: fp32 -> y[M, N]: T", dtypes={"T": ("bf16",)})
+    for w in (None, t(3, dtype=torch.float32)):
+        b = s.bind({"x": t(3, 8), "w": w})
+        assert b == s.bind_checked({"x": t(3, 8), "w": w}) and b.dims == {"M": 3, "N": 8}
+    with pytest.raises(ValueError, match=r"w must have shape \(3,\) to match x \(3, 8\); got"):
+        s.bind({"x": t(3, 8), "w": t(4, dtype=torch.float32)})
+    with pytest.raises(TypeError, match="w has dtype torch.bfloat16; it must be torch.float32"):
+        s.bind({"x": t(3, 8), "w": t(3)})
+
+
+def test_moved_dtypes_are_checked_by_name(cpu_as_cuda):  # noqa: F811
+    s = OpSchema("demo", "x[N]: T -> y[N]: T", dtypes={"T": ("e5m2", "i16", "bool")})
+    assert s.bind({"x": torch.zeros(4, dtype=torch.int16)}).picked == {"T": "i16"}
+    with pytest.raises(
+        TypeError, match="supported dtypes: torch.float8_e5m2, torch.int16, torch.bool"
+    ):
+        s.bind({"x": t(4)})
 
 
 def test_the_launcher_is_straight_line_code_in_kernel_order():

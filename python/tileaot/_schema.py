@@ -40,6 +40,7 @@ imports this module to check traces, and `import tileaot` must not import torch.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -93,7 +94,13 @@ class Dim:
             return int(self.text)
         if self.name is not None:
             return self.factor * dims[self.name]
-        return int(eval(self.text, {"__builtins__": {}}, dict(dims)))  # noqa: S307 - our grammar
+        return int(eval(_code(self.text), {"__builtins__": {}}, dict(dims)))  # noqa: S307
+
+
+@functools.cache
+def _code(expr: str) -> Any:
+    """A size expression of the grammar, compiled once (`Dim.value` runs on checked calls)."""
+    return compile(expr, "<tileaot size>", "eval")
 
 
 class Bound(NamedTuple):
@@ -185,6 +192,7 @@ class OpSchema:
         self._launch: Callable | None = None
         self._bind: Callable | None = None
         self._outputs: Callable | None = None
+        self._keyed: dict[str, tuple] = {}  # key -> what `keyed` fixes, parsed
         # The short path's output bits: bit i set for each tensor (kernel order) the kernel
         # writes. A plain attribute: the ops read it on every call.
         self.writes = sum(1 << i for i, t in enumerate(self.tensors) if t.role != "in")
@@ -222,11 +230,17 @@ class OpSchema:
         """`dims` plus the sizes `keyed` fixes for `key`, and the dtype variables it fixes."""
         sizes, picked = dict(dims), {}
         if self.keyed is not None and key is not None:
-            for name, v in self.keyed(key).items():
+            facts = self._keyed.get(key)
+            if facts is None:  # parsed once per key: the checked path calls this every time
+                facts = self._keyed[key] = tuple(
+                    (n, v if n in self.dtypes or not isinstance(v, str) else Dim.parse(v))
+                    for n, v in self.keyed(key).items()
+                )
+            for name, v in facts:
                 if name in self.dtypes:
                     picked[name] = v
                 else:
-                    sizes[name] = Dim.parse(v).value(sizes) if isinstance(v, str) else v
+                    sizes[name] = v.value(sizes) if isinstance(v, Dim) else v
         return sizes, picked
 
     def fix(self, bound: Bound, key: str) -> None:
@@ -550,9 +564,13 @@ def _compile_bind(schema: OpSchema) -> Callable:
     for i, t in enumerate(schema.inputs):
         v = f"a{i}"
         lines.append(f"    {v} = args[{t.api!r}]")
-        if t.optional:  # optional tensors: the generic path (rare in the ops with schemas)
-            return schema.bind_checked
-        present.append((t.api, v))
+        present.append((t.api, v, t.optional))
+        if t.optional:  # None, or a tensor of its literal dtype (a dtype variable: generic path)
+            if t.dtype not in LITERALS:
+                return schema.bind_checked
+            attr = LITERALS[t.dtype][0]
+            conds.append(f"({v} is None or type({v}) is A.Tensor and {v}.dtype is A._torch.{attr})")
+            continue
         types.append(f"type({v}) is A.Tensor")
         if t.dtype in LITERALS:
             conds.append(f"{v}.dtype is A._torch.{LITERALS[t.dtype][0]}")
@@ -571,6 +589,13 @@ def _compile_bind(schema: OpSchema) -> Callable:
     for i, t in enumerate(schema.inputs):
         v = f"a{i}"
         fixed = t.dims[1:] if t.lead else t.dims
+        if t.optional:  # checks only where given; it may bind no size of its own
+            if t.lead or any(d.name and d.name not in dims for d in fixed):
+                return schema.bind_checked
+            body = _shape_checks(i, fixed, dims)
+            checks.append(f"    if {v} is not None:")
+            checks += ["    " + line for c in body for line in c.split("\n")]
+            continue
         rank = f"len(s{i}) >= {len(fixed)}" if t.lead else f"len(s{i}) == {len(fixed)}"
         checks.append(f"    s{i} = {v}.shape")
         checks.append(f"    if not ({rank}):\n        return schema.bind_checked(args)")
@@ -603,17 +628,33 @@ def _compile_bind(schema: OpSchema) -> Callable:
     for name, expr in dims.items():
         if expr.startswith("prod("):
             checks.append(f"    {name} = {expr}")
-    names = ", ".join(repr(n) for n, _ in present)
-    tensors = ", ".join(v for _, v in present)
+    names = " + ".join(
+        f"(() if {v} is None else ({n!r},))" if opt else f"({n!r},)" for n, v, opt in present
+    )
+    tensors = " + ".join(
+        f"(() if {v} is None else ({v},))" if o else f"({v},)" for _, v, o in present
+    )
     src = "def bind(args):\n" + "\n".join(lines) + "\n"
     test = " and ".join(types + conds) or "True"
     src += f"    if not ({test}):\n        return schema.bind_checked(args)\n"
     src += "\n".join(checks) + "\n"
-    src += f"    device = check_memory(({names},), ({tensors},))\n"
+    src += f"    device = check_memory({names}, {tensors})\n"
     pick = ", ".join(f"{k!r}: {e}" for k, e in picked.items())
     dim = ", ".join(f"{k!r}: {k}" for k in dims)
     src += f"    return Bound({{{pick}}}, {{{dim}}}, device, {lead})\n"
     return _exec(src, schema, "bind")
+
+
+def _shape_checks(i: int, fixed: tuple[Dim, ...], dims: Mapping[str, str]) -> list[str]:
+    """The generated checks of input `i`'s rank and its dims against sizes already bound."""
+    out = [
+        f"    s{i} = a{i}.shape",
+        f"    if len(s{i}) != {len(fixed)}:\n        return schema.bind_checked(args)",
+    ]
+    for j, d in enumerate(fixed):
+        want = d.text if d.text.isdigit() else d.name if d.factor == 1 else f"{d.factor} * {d.name}"
+        out.append(f"    if s{i}[{j}] != {want}:\n        return schema.bind_checked(args)")
+    return out
 
 
 def _exec(src: str, schema: OpSchema, name: str) -> Callable:
