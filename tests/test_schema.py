@@ -174,9 +174,18 @@ EXAMPLES = {
         (4096, 7168, 4096, 3584, 4096, 448),
     ),
 }
-WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "per_block_cast_fp8": 0b110}
-WRITES.update(per_token_cast_fp8=0b110, transpose=0b10, swiglu_per_token_cast_fp8=0b1100)
-WRITES.update(per_token_cast_fp4=0b110, cast_back_fp8=0b100, cast_back_fp4=0b100)
+WRITES = {
+    "rms_norm": 0b100,
+    "gemm": 0b100,
+    "swiglu": 0b10,
+    "per_block_cast_fp8": 0b110,
+    "per_token_cast_fp8": 0b110,
+    "transpose": 0b10,
+    "swiglu_per_token_cast_fp8": 0b1100,
+    "per_token_cast_fp4": 0b110,
+    "cast_back_fp8": 0b100,
+    "cast_back_fp4": 0b100,
+}
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",

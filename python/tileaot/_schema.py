@@ -20,7 +20,8 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
   of size ``M`` = their product), or for outputs any integer expression over names (``N // 128``).
   The first input that mentions a name binds it; every later use must agree.
 * a dtype is a dtype variable (its allowed short names in `dtypes`; the first input holding it
-  picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32``.
+  picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32`` (and,
+  for ops that only move bits, ``e5m2 i8 i16 bool``).
 * `key` formats the dispatch key from the dtype variables (and `extra` fields the wrapper passes).
 * `keyed` (optional): what a dispatch key fixes that no input binds, ``key -> {name: value}``:
   a size as an int or an expression over the bound sizes (``{"G": "N // 128"}`` for g128
