@@ -346,3 +346,18 @@ def test_the_schema_module_stays_torch_free():
     code = "import sys, tileaot._schema, tileaot.rms_norm; assert 'torch' not in sys.modules"
     src = str(Path(inspect.getfile(_schema)).parents[1])
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": src})
+
+
+def test_info_finds_the_example_of_a_kernel_op_served_by_a_helper_module():
+    class Native:  # lookup/select as `_C` answers them
+        def lookup(self, op, key):
+            return 1
+
+        def select(self, handle, device, shapes):
+            return f"variant for {shapes}"
+
+    pick = importlib.import_module("tileaot._info")._pick(
+        Native(), "cast_back_fp4", "bf16,g32,e4m3", 0
+    )
+    assert pick["call"] == "q[4096, 3584] scale[4096, 224]"
+    assert pick["variant"] == "variant for (4096, 3584, 4096, 224, 4096, 7168)"
