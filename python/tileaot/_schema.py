@@ -718,9 +718,16 @@ def _compile_outputs(schema: OpSchema) -> Callable:
     for i in range(len(outs)):
         lines.append(f"    check_out(names[{i}], given[{i}], dt{i}, sh{i}, b.device)")
     ins = tuple(t.api for t in schema.inputs)
-    if any(t.optional for t in schema.inputs):
-        lines.append("    ins = tuple(n for n, t in inputs.items() if t is not None)")
-        lines.append("    check_no_overlap(names, given, ins, tuple(inputs[n] for n in ins))")
+    if any(t.optional for t in schema.inputs):  # the inputs given, spelled out per optional one
+        present = [(t.api, t.optional) for t in schema.inputs]
+        names_of = " + ".join(
+            f"(() if inputs[{n!r}] is None else ({n!r},))" if o else f"({n!r},)" for n, o in present
+        )
+        values = " + ".join(
+            f"(() if inputs[{n!r}] is None else (inputs[{n!r}],))" if o else f"(inputs[{n!r}],)"
+            for n, o in present
+        )
+        lines.append(f"    check_no_overlap(names, given, {names_of}, {values})")
     else:
         vals = "".join(f"inputs[{n!r}], " for n in ins)
         lines.append(f"    check_no_overlap(names, given, {ins!r}, ({vals}))")
