@@ -77,6 +77,7 @@ def test_keyed_sizes_and_dtypes_follow_the_key(cpu_as_cuda):  # noqa: F811
         "demo",
         "x[M, N]: T -> q[M, N]: S, scale[M, G]: fp32",
         dtypes={"T": ("bf16",), "S": ("u8", "e4m3")},
+        key="{T},{group}",
         keyed=lambda key: (
             {"G": "N // 8", "S": "u8"} if key.endswith("g8") else {"G": 1, "S": "e4m3"}
         ),
@@ -98,6 +99,11 @@ def test_keyed_sizes_and_dtypes_follow_the_key(cpu_as_cuda):  # noqa: F811
         s.check_signature(params, key, {"N": 64})
     params[1]["dtype"] = "float8_e4m3fn"
     with pytest.raises(ValueError, match="tensor q has dtype float8_e4m3fn, the schema uint8"):
+        s.check_signature(params, key, {})
+    params = _params(s)
+    params[1]["dtype"], params[2]["dtype"] = "uint8", "float32"
+    s.key = "{T}"  # a key format that leaves the group out: the C++ header would miss
+    with pytest.raises(ValueError, match="the schema's key '{T}' spells 'bf16' for the kernel's"):
         s.check_signature(params, key, {})
 
 
@@ -346,6 +352,18 @@ def test_the_schema_module_stays_torch_free():
     code = "import sys, tileaot._schema, tileaot.rms_norm; assert 'torch' not in sys.modules"
     src = str(Path(inspect.getfile(_schema)).parents[1])
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": src})
+
+
+def test_the_cpp_header_spells_each_key_as_the_schema_does():
+    from build_tools.emit_ops_hpp import emit_function
+
+    cast = emit_function(_module("per_token_cast_fp8").SCHEMA)
+    assert "const std::string& group" in cast
+    assert 'key_dtype(x.dtype())) + std::string(",") + group' in cast
+    back = emit_function(_module("cast_back_fp8").SCHEMA)  # the out dtype is the output's
+    assert 'key_dtype(x.dtype())) + std::string(",") + layout' in back
+    fp4 = emit_function(_module("per_token_cast_fp4").SCHEMA)  # "scale": a tensor and a field
+    assert "const TensorView& scale, const std::string& group, const std::string& scale_key" in fp4
 
 
 def test_info_finds_the_example_of_a_kernel_op_served_by_a_helper_module():

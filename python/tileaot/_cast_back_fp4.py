@@ -29,6 +29,7 @@ SCHEMA = OpSchema(
     _OP,
     "q[*M, K]: u8, scale[*M, NG]: S -> out[*M, 2*K]: Out",
     dtypes={"S": tuple(_SCALE_DTYPE.values()), "Out": ("bf16", "fp32")},
+    key="{Out},{group},{scale}",
     keyed=_by_key,
     example={"M": 4096, "K": 3584},
 )

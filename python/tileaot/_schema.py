@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -450,6 +451,19 @@ class OpSchema:
         for (name, ctype), p in zip(self.scalars, params[len(self.tensors) :], strict=True):
             if p["dtype"] != ctype:
                 raise ValueError(f"{self.op}: scalar {name} is {p['dtype']}, the schema {ctype}")
+        # `key` spells the dispatch key (the C++ header builds it so): it must be the kernel's.
+        fields = {}
+        for _, name, _, _ in string.Formatter().parse(self.key):
+            if name in self.dtypes:
+                fields[name] = fixed.get(name) or _dtype_short(key, name)
+            elif name:
+                fields[name] = _BY_ATTR.get(key.get(name), key.get(name))
+        spelled, want_key = self.key.format(**fields), key_string or _key_string(key)
+        if spelled != want_key:
+            raise ValueError(
+                f"{self.op}: the schema's key {self.key!r} spells {spelled!r} for the kernel's "
+                f"key {want_key!r}"
+            )
 
 
 def _shown(d: Dim, dims: Mapping[str, int]) -> str:

@@ -45,6 +45,7 @@ SCHEMA = OpSchema(
     _OP,
     "q[M, N]: e4m3, scale[R, C]: fp32 -> x[M, N]: Out as out",
     dtypes={"Out": ("bf16", "fp32")},
+    key="{Out},{layout}",
     keyed=_by_key,
     key_of=_key_of,
     example={"M": 4096, "N": 7168},

@@ -31,6 +31,7 @@ SCHEMA = OpSchema(
     _OP,
     "x[*M, N]: T -> q[*M, N // 2]: u8, scale[*M, N // G]: S",
     dtypes={"T": ("bf16", "fp16", "fp32"), "S": tuple(_SCALE_DTYPE.values())},
+    key="{T},{group},{scale}",
     keyed=_by_key,
     key_of=_key_of,
     example={"M": 4096, "N": 7168},

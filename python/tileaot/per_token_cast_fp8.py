@@ -29,6 +29,7 @@ SCHEMA = OpSchema(
     _OP,
     "x[M, N]: T -> q[M, N]: e4m3, scale[M, G]: fp32; round_sf: int32",
     dtypes={"T": ("bf16", "fp16", "fp32")},
+    key="{T},{group}",
     keyed=_scale_columns,
     key_of=_key_of,
     example={"M": 4096, "N": 7168},
