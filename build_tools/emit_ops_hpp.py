@@ -64,9 +64,10 @@ inline const Op& op_for(const char* op, const std::string& key) {
 def _key_expr(schema) -> tuple[str, list[str]]:
     """C++ expression of the dispatch key, and the extra (non-dtype) key fields as parameters."""
     holder = {}
-    for t in schema.inputs:
+    for t in (*schema.inputs, *schema.outs):  # an output's dtype where no input has it
         if t.dtype in schema.dtypes and t.dtype not in holder and not t.optional:
             holder[t.dtype] = t.name
+    taken = {t.name for t in schema.tensors} | {n for n, _ in schema.scalars}
     parts, extra = [], []
     for literal, field, _, _ in __import__("string").Formatter().parse(schema.key):
         if literal:
@@ -74,9 +75,10 @@ def _key_expr(schema) -> tuple[str, list[str]]:
         if field:
             if field in holder:
                 parts.append(f"std::string(detail::key_dtype({holder[field]}.dtype()))")
-            else:
-                extra.append(field)
-                parts.append(field)
+            else:  # a key field as a parameter; "scale_key" where a tensor is named "scale"
+                param = f"{field}_key" if field in taken else field
+                extra.append(param)
+                parts.append(param)
     return " + ".join(parts) or 'std::string("")', extra
 
 

@@ -22,12 +22,15 @@ def schema_of(op: str) -> Any | None:
     """The `SCHEMA` of op `op` in this checkout's python/tileaot (None if it has none)."""
     if str(PYTHON) not in sys.path:
         sys.path.insert(0, str(PYTHON))
-    try:
-        module = importlib.import_module(f"tileaot.{op}")
-    except ImportError:
-        return None
-    schema = getattr(module, "SCHEMA", None)
-    return schema if schema is not None and schema.op == op else None
+    for name in (op, f"_{op}"):  # a kernel op served by a public op's helper module: `_op`
+        try:
+            module = importlib.import_module(f"tileaot.{name}")
+        except ImportError:
+            continue
+        schema = getattr(module, "SCHEMA", None)
+        if schema is not None and schema.op == op:
+            return schema
+    return None
 
 
 def schema_for(spec: Any) -> Any | None:
@@ -47,7 +50,9 @@ def check_all(points: list, traced: dict) -> list[str]:
         for arch in p.archs:
             sig, _ = traced[(p.name, arch)]
             try:
-                schema.check_signature(sig["params"], p.key, p.specialisation)
+                schema.check_signature(
+                    sig["params"], p.key, p.specialisation, p.spec.key_string(p.key)
+                )
             except ValueError as e:
                 raise SystemExit(
                     f"tileaot: {p.name} ({arch}) does not match its schema: {e}"

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _fakes import STREAM, fake, t, tileaot  # noqa: F401 - fixtures
+from _fakes import STREAM, cpu_as_cuda, fake, t, tileaot  # noqa: F401 - fixtures
 from _lowering import needs_tilelang
 
 torch = pytest.importorskip("torch")
@@ -23,11 +23,24 @@ _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
 
 # Ops whose wrappers run through their schema (the rest follow; see docs/ADDING_AN_OP.md).
-SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "top2_sum_gate")
+SCHEMA_OPS = (
+    "rms_norm",
+    "gemm",
+    "swiglu",
+    "top2_sum_gate",
+    "per_block_cast_fp8",
+    "per_token_cast_fp8",
+    "transpose",
+    "swiglu_per_token_cast_fp8",
+    "per_token_cast_fp4",
+    "cast_back_fp8",
+    "cast_back_fp4",
+)
 
 
 def _module(op: str):
-    return importlib.import_module(f"tileaot.{op}")
+    """The module holding op's schema: tileaot.<op>, or a public op's helper tileaot._<op>."""
+    return importlib.import_module(f"tileaot.{'_' if op == 'cast_back_fp4' else ''}{op}")
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
@@ -60,20 +73,128 @@ def test_the_grammar_reads_back():
         OpSchema("bad", "x[N]: Q -> y[N]: Q")
 
 
+def test_keyed_sizes_and_dtypes_follow_the_key(cpu_as_cuda):  # noqa: F811
+    s = OpSchema(
+        "demo",
+        "x[M, N]: T -> q[M, N]: S, scale[M, G]: fp32",
+        dtypes={"T": ("bf16",), "S": ("u8", "e4m3")},
+        key="{T},{group}",
+        keyed=lambda key: (
+            {"G": "N // 8", "S": "u8"} if key.endswith("g8") else {"G": 1, "S": "e4m3"}
+        ),
+        example={"M": 2, "N": 64},
+    )
+    assert s.example_shapes("bf16,g8") == ("x[2, 64]", (2, 64, 2, 64, 2, 8))
+    assert s.example_shapes("bf16,token") == ("x[2, 64]", (2, 64, 2, 64, 2, 1))
+    bound = s.bind({"x": t(3, 64)})
+    s.fix(bound, "bf16,g8")
+    assert bound.dims == {"M": 3, "N": 64, "G": 8} and bound.picked == {"T": "bf16", "S": "u8"}
+    q, scale = s.fake({"x": t(3, 64)}, torch, "bf16,token")
+    assert (q.shape, q.dtype, scale.shape) == ((3, 64), torch.float8_e4m3fn, (3, 1))
+    key = {"dtype": "bfloat16", "group": "g8"}
+    params = _params(s)
+    params[1]["dtype"], params[2]["dtype"] = "uint8", "float32"
+    s.check_signature(params, key, {"N": 64})
+    params[2]["shape"] = ["d_M", 4]  # the kernel's scale has 4 columns, the key says 64 // 8
+    with pytest.raises(ValueError, match="dim G is 4 in the kernel, 8 here"):
+        s.check_signature(params, key, {"N": 64})
+    params[1]["dtype"] = "float8_e4m3fn"
+    with pytest.raises(ValueError, match="tensor q has dtype float8_e4m3fn, the schema uint8"):
+        s.check_signature(params, key, {})
+    params = _params(s)
+    params[1]["dtype"], params[2]["dtype"] = "uint8", "float32"
+    s.key = "{T}"  # a key format that leaves the group out: the C++ header would miss
+    with pytest.raises(ValueError, match="the schema's key '{T}' spells 'bf16' for the kernel's"):
+        s.check_signature(params, key, {})
+
+
+def test_optional_inputs_bind_where_given(cpu_as_cuda):  # noqa: F811
+    s = OpSchema("demo", "x[M, N]: T, w?[M]: fp32 -> y[M, N]: T", dtypes={"T": ("bf16",)})
+    for w in (None, t(3, dtype=torch.float32)):
+        b = s.bind({"x": t(3, 8), "w": w})
+        assert b == s.bind_checked({"x": t(3, 8), "w": w}) and b.dims == {"M": 3, "N": 8}
+    with pytest.raises(ValueError, match=r"w must have shape \(3,\) to match x \(3, 8\); got"):
+        s.bind({"x": t(3, 8), "w": t(4, dtype=torch.float32)})
+    with pytest.raises(TypeError, match="w has dtype torch.bfloat16; it must be torch.float32"):
+        s.bind({"x": t(3, 8), "w": t(3)})
+
+
+def test_moved_dtypes_are_checked_by_name(cpu_as_cuda):  # noqa: F811
+    s = OpSchema("demo", "x[N]: T -> y[N]: T", dtypes={"T": ("e5m2", "i16", "bool")})
+    assert s.bind({"x": torch.zeros(4, dtype=torch.int16)}).picked == {"T": "i16"}
+    with pytest.raises(
+        TypeError, match="supported dtypes: torch.float8_e5m2, torch.int16, torch.bool"
+    ):
+        s.bind({"x": t(4)})
+
+
 def test_the_launcher_is_straight_line_code_in_kernel_order():
     src = _module("rms_norm").SCHEMA.launcher().__source__
     assert "for " not in src and "if " not in src
     assert "(x.data_ptr(), weight.data_ptr(), y.data_ptr(),), (M, N, N, M, N,), (eps, )" in src
 
 
-# What the hand-written wrappers passed before the schema (the golden record holds the rest).
+# What the hand-written wrappers passed before the schema (the golden record holds the rest):
+# op -> (key, example text, example flat shapes).
 EXAMPLES = {
-    "rms_norm": ("x[4096, 4096]", (4096,) * 5),
-    "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
-    "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
-    "top2_sum_gate": ("logits[4096, 256]", (4096, 256, 256, 4096, 8, 4096, 8)),
+    "rms_norm": ("bf16", "x[4096, 4096]", (4096,) * 5),
+    "gemm": ("bf16", "a[4096, 4096] b[4096, 4096]", (4096,) * 6),
+    "swiglu": ("bf16", "x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
+    "top2_sum_gate": ("fp32,sigmoid", "logits[4096, 256]", (4096, 256, 256, 4096, 8, 4096, 8)),
+    "per_block_cast_fp8": ("bf16", "x[4096, 7168]", (4096, 7168, 4096, 7168, 32, 56)),
+    "per_token_cast_fp8": ("bf16,g128", "x[4096, 7168]", (4096, 7168, 4096, 7168, 4096, 56)),
+    "per_token_cast_fp8/token": ("fp32,token", "x[4096, 7168]", (4096, 7168) * 2 + (4096, 1)),
+    "transpose": ("e4m3", "x[1, 4096, 7168]", (1, 4096, 7168, 1, 7168, 4096)),
+    "swiglu_per_token_cast_fp8": (
+        "bf16",
+        "x[4096, 2 * 7168]",
+        (4096, 14336, 4096, 4096, 7168, 4096, 7168 // 128),
+    ),
+    "per_token_cast_fp4": ("bf16,g32,ue8m0", "x[4096, 7168]", (4096, 7168, 4096, 3584, 4096, 224)),
+    "cast_back_fp8": (
+        "bf16,g128",
+        "q[4096, 7168] scale[4096, 56]",
+        (4096, 7168, 4096, 56, 4096, 7168),
+    ),
+    "cast_back_fp8/token": (
+        "fp32,token",
+        "q[4096, 7168] scale[4096, 1]",
+        (4096, 7168, 4096, 1, 4096, 7168),
+    ),
+    "cast_back_fp8/block": (
+        "bf16,block128",
+        "q[4096, 7168] scale[32, 56]",
+        (4096, 7168, 32, 56, 4096, 7168),
+    ),
+    "cast_back_fp4": (
+        "bf16,g32,ue8m0",
+        "q[4096, 3584] scale[4096, 224]",
+        (4096, 3584, 4096, 224, 4096, 7168),
+    ),
+    "cast_back_fp4/g16": (
+        "fp32,g16,e4m3",
+        "q[4096, 3584] scale[4096, 448]",
+        (4096, 3584, 4096, 448, 4096, 7168),
+    ),
+    "per_token_cast_fp4/g16": (
+        "fp32,g16,e4m3",
+        "x[4096, 7168]",
+        (4096, 7168, 4096, 3584, 4096, 448),
+    ),
 }
-WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "top2_sum_gate": 0b1100}
+WRITES = {
+    "rms_norm": 0b100,
+    "gemm": 0b100,
+    "swiglu": 0b10,
+    "top2_sum_gate": 0b1100,
+    "per_block_cast_fp8": 0b110,
+    "per_token_cast_fp8": 0b110,
+    "transpose": 0b10,
+    "swiglu_per_token_cast_fp8": 0b1100,
+    "per_token_cast_fp4": 0b110,
+    "cast_back_fp8": 0b100,
+    "cast_back_fp4": 0b100,
+}
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
@@ -81,17 +202,32 @@ TORCH_ARGS = {
     "top2_sum_gate": "Tensor logits, Tensor bias, int k, int num_groups=0, int num_topk_groups=0, "
     "float routed_scaling_factor=1.0, int num_shared_experts=0, int num_ep_ranks=1, "
     "int tp_rank=0, int num_tp_ranks=1, str scoring_func='sigmoid'",
+    "per_block_cast_fp8": "Tensor x, bool round_sf=False",
+    "per_token_cast_fp8": "Tensor x, int? group_size=128, bool round_sf=False",
+    "transpose": "Tensor x",
+    "swiglu_per_token_cast_fp8": "Tensor x, Tensor? weights=None, float? clamp=None, "
+    "bool round_sf=False",
+    "per_token_cast_fp4": "Tensor x, int group_size=32, str scale_format='ue8m0'",
+    "cast_back": "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
+    "ScalarType? out_dtype=None",
 }
+# The public op serving each kernel op (its torch custom op).
+PUBLIC = {"cast_back_fp8": "cast_back", "cast_back_fp4": "cast_back"}
+
+
+@pytest.mark.parametrize("case", sorted(EXAMPLES))
+def test_info_examples(case):
+    key, *example = EXAMPLES[case]
+    assert _module(case.partition("/")[0]).SCHEMA.example_shapes(key) == tuple(example)
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
 def test_derived_facts(op):
     schema = _module(op).SCHEMA
-    assert schema.example_shapes(next(iter(schema.dtypes.values()), ("",))[0]) == EXAMPLES[op]
     assert schema.writes == WRITES[op]
     specs = importlib.import_module("tileaot.torch_ops._specs")
-    (spec,) = [s for s in specs.SPECS if s.name == op]
-    assert spec.args == TORCH_ARGS[op] and spec.outs == schema.torch_outs()
+    (spec,) = [s for s in specs.SPECS if s.name == PUBLIC.get(op, op)]
+    assert spec.args == TORCH_ARGS[spec.name] and spec.outs == schema.torch_outs()
 
 
 @pytest.mark.parametrize(
@@ -100,6 +236,42 @@ def test_derived_facts(op):
         ("rms_norm", lambda: (t(3, 5, 64), t(64), 1e-6), [(3, 5, 64)]),
         ("gemm", lambda: (t(7, 32), t(16, 32)), [(7, 16)]),
         ("swiglu", lambda: (t(2, 3, 64),), [(2, 3, 32)]),
+        ("per_block_cast_fp8", lambda: (t(130, 300),), [(130, 300, "e4m3"), (2, 3, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256),), [(3, 256, "e4m3"), (3, 2, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256), None), [(3, 256, "e4m3"), (3, 1, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256), 256), [(3, 256, "e4m3"), (3, 1, "fp32")]),
+        ("transpose", lambda: (t(2, 3, 5, dtype=torch.int16),), [(2, 5, 3, "i16")]),
+        ("transpose", lambda: (t(3, 5),), [(5, 3)]),
+        (
+            "swiglu_per_token_cast_fp8",
+            lambda: (t(3, 512), None),
+            [(3, 256, "e4m3"), (3, 2, "fp32")],
+        ),
+        (
+            "swiglu_per_token_cast_fp8",
+            lambda: (t(3, 512), t(3, dtype=torch.float32), 7.0, True),
+            [(3, 256, "e4m3"), (3, 2, "fp32")],
+        ),
+        ("per_token_cast_fp4", lambda: (t(2, 3, 64),), [(2, 3, 32, "u8"), (2, 3, 2, "u8")]),
+        ("per_token_cast_fp4", lambda: (t(4, 64), 16, "e4m3"), [(4, 32, "u8"), (4, 4, "e4m3")]),
+        ("cast_back", lambda: (_e4m3(4, 256), t(4, 2, dtype=torch.float32)), [(4, 256)]),
+        (
+            "cast_back",
+            lambda: (
+                _e4m3(130, 200),
+                t(2, 2, dtype=torch.float32),
+                "block128",
+                None,
+                torch.float32,
+            ),
+            [(130, 200, "fp32")],
+        ),
+        ("cast_back", lambda: (_u8(2, 3, 8), _u8(2, 3, 1), None, 16), [(2, 3, 16)]),
+        (
+            "cast_back",
+            lambda: (_u8(4, 16), _e4m3(4, 2), None, 16, torch.float32),
+            [(4, 32, "fp32")],
+        ),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
@@ -107,7 +279,18 @@ def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
     (spec,) = [s for s in specs.SPECS if s.name == op]
     got = spec.fake(*args())
     got = got if isinstance(got, tuple) else (got,)
-    assert [tuple(g.shape) for g in got] == want and all(g.dtype == torch.bfloat16 for g in got)
+    want = [w if isinstance(w[-1], str) else (*w, "bf16") for w in want]
+    dtypes = {s: getattr(torch, a) for s, (a, _) in _schema.LITERALS.items()}
+    assert [tuple(g.shape) for g in got] == [w[:-1] for w in want]
+    assert [g.dtype for g in got] == [dtypes[w[-1]] for w in want]
+
+
+def _e4m3(*shape):
+    return torch.zeros(shape).to(torch.float8_e4m3fn)
+
+
+def _u8(*shape):
+    return torch.zeros(shape, dtype=torch.uint8)
 
 
 def test_fakes_size_outputs_from_the_arguments():
@@ -179,10 +362,37 @@ def test_every_traced_variant_matches_its_schema(op):
         func = p.spec.factory(arch="sm_80", **p.key, **p.specialisation)
         sig = signature_of(func)
         params = [vars(x) for x in sig.params]
-        schema.check_signature(params, p.key, p.specialisation)
+        schema.check_signature(params, p.key, p.specialisation, p.spec.key_string(p.key))
 
 
 def test_the_schema_module_stays_torch_free():
     code = "import sys, tileaot._schema, tileaot.rms_norm; assert 'torch' not in sys.modules"
     src = str(Path(inspect.getfile(_schema)).parents[1])
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": src})
+
+
+def test_the_cpp_header_spells_each_key_as_the_schema_does():
+    from build_tools.emit_ops_hpp import emit_function
+
+    cast = emit_function(_module("per_token_cast_fp8").SCHEMA)
+    assert "const std::string& group" in cast
+    assert 'key_dtype(x.dtype())) + std::string(",") + group' in cast
+    back = emit_function(_module("cast_back_fp8").SCHEMA)  # the out dtype is the output's
+    assert 'key_dtype(x.dtype())) + std::string(",") + layout' in back
+    fp4 = emit_function(_module("per_token_cast_fp4").SCHEMA)  # "scale": a tensor and a field
+    assert "const TensorView& scale, const std::string& group, const std::string& scale_key" in fp4
+
+
+def test_info_finds_the_example_of_a_kernel_op_served_by_a_helper_module():
+    class Native:  # lookup/select as `_C` answers them
+        def lookup(self, op, key):
+            return 1
+
+        def select(self, handle, device, shapes):
+            return f"variant for {shapes}"
+
+    pick = importlib.import_module("tileaot._info")._pick(
+        Native(), "cast_back_fp4", "bf16,g32,e4m3", 0
+    )
+    assert pick["call"] == "q[4096, 3584] scale[4096, 224]"
+    assert pick["variant"] == "variant for (4096, 3584, 4096, 224, 4096, 7168)"

@@ -551,14 +551,12 @@ def swiglu(dt: str, m: int, h: int, use: str = "") -> Call:
 
 
 def swiglu_per_token_cast_fp8(dt: str, m: int, h: int, use: str = "") -> Call:
-    shapes = (m, 2 * h, m, m, h, m, h // FP8_GROUP)
-    return Call("swiglu_per_token_cast_fp8", dt, shapes, f"x[{m}, 2 * {h}]", (use,))
+    return _from_schema("swiglu_per_token_cast_fp8", dt, use, M=m, H=h)
 
 
 def per_token_cast_fp8(dt: str, m: int, n: int, group: int, use: str = "") -> Call:
     key = f"{dt},g{group}" if group else f"{dt},token"
-    scales = n // group if group else 1
-    return Call("per_token_cast_fp8", key, (m, n, m, n, m, scales), f"x[{m}, {n}]", (use,))
+    return _from_schema("per_token_cast_fp8", key, use, M=m, N=n, G=n // group if group else 1)
 
 
 def topk_gate(scoring: str, m: int, e: int, k: int, use: str = "") -> Call:

@@ -20,10 +20,17 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
   of size ``M`` = their product), or for outputs any integer expression over names (``N // 128``).
   The first input that mentions a name binds it; every later use must agree.
 * a dtype is a dtype variable (its allowed short names in `dtypes`; the first input holding it
-  picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32``.
+  picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32`` (and,
+  for ops that only move bits, ``e5m2 i8 i16 bool``).
 * `key` formats the dispatch key from the dtype variables (and `extra` fields the wrapper passes).
 * `sizes` sizes output dims that no input has from the public function's arguments:
   ``{"P": "k + num_shared_experts"}`` (`arg_dims`; the wrapper and the torch fake both use it).
+* `keyed` (optional): what a dispatch key fixes that no input binds, ``key -> {name: value}``:
+  a size as an int or an expression over the bound sizes (``{"G": "N // 128"}`` for g128
+  scales, ``{"G": 1}`` per token), a dtype variable as a short name (``{"S": "u8"}``). The
+  checked path applies it with `fix`; `example_shapes`, the fake and `check_signature` read it.
+* `key_of` (optional): the dispatch key of a call from its public arguments, unchecked (torch's
+  fake sees no key); it may return ``(schema, key)`` for a call another schema serves.
 
 From it come: the checked path's mechanical checks (`bind`: dtype by key, ranks, tied dims, device,
 contiguity, alignment, int32 range; `outputs`: allocation or `out=` checks, overlap), the launch
@@ -36,8 +43,10 @@ imports this module to check traces, and `import tileaot` must not import torch.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -52,8 +61,14 @@ LITERALS = {
     "e4m3": ("float8_e4m3fn", "float8_e4m3fn"),
     "u8": ("uint8", "uint8"),
     "i32": ("int32", "int32"),
+    # dtypes only moved, never computed on (transpose serves them with the kernel of their width)
+    "e5m2": ("float8_e5m2", "float8_e5m2"),
+    "i8": ("int8", "int8"),
+    "i16": ("int16", "int16"),
+    "bool": ("bool", "bool"),
 }
 _TVM = {short: tvm for short, (_, tvm) in LITERALS.items()}
+_BY_ATTR = {attr: short for short, (attr, _) in LITERALS.items()}
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -83,7 +98,13 @@ class Dim:
             return int(self.text)
         if self.name is not None:
             return self.factor * dims[self.name]
-        return int(eval(self.text, {"__builtins__": {}}, dict(dims)))  # noqa: S307 - our grammar
+        return int(eval(_code(self.text), {"__builtins__": {}}, dict(dims)))  # noqa: S307
+
+
+@functools.cache
+def _code(expr: str) -> Any:
+    """A size expression of the grammar, compiled once (`Dim.value` runs on checked calls)."""
+    return compile(expr, "<tileaot size>", "eval")
 
 
 class Bound(NamedTuple):
@@ -153,6 +174,8 @@ class OpSchema:
     key: str = "{T}"
     example: Mapping[str, int] = field(default_factory=dict)
     sizes: Mapping[str, str] = field(default_factory=dict)
+    keyed: Callable[[str], Mapping[str, int | str]] | None = None
+    key_of: Callable[[Mapping[str, Any]], Any] | None = None
     tensors: tuple[TensorSpec, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()
 
@@ -174,6 +197,7 @@ class OpSchema:
         self._launch: Callable | None = None
         self._bind: Callable | None = None
         self._outputs: Callable | None = None
+        self._keyed: dict[str, tuple] = {}  # key -> what `keyed` fixes, parsed
         # The short path's output bits: bit i set for each tensor (kernel order) the kernel
         # writes. A plain attribute: the ops read it on every call.
         self.writes = sum(1 << i for i, t in enumerate(self.tensors) if t.role != "in")
@@ -207,8 +231,33 @@ class OpSchema:
 
     def example_shapes(self, key: str) -> tuple[str, tuple[int, ...]]:
         """A typical call for `python -m tileaot info`: its description and flat shapes, from
-        the schema's `example` sizes."""
-        return self.describe(self.example), self.flat(self.example)
+        the schema's `example` sizes (and what `keyed` fixes for `key`)."""
+        dims, _ = self.key_facts(key, self.example)
+        return self.describe(dims), self.flat(dims)
+
+    def key_facts(self, key: str | None, dims: Mapping[str, Any]) -> tuple[dict, dict]:
+        """`dims` plus the sizes `keyed` fixes for `key`, and the dtype variables it fixes."""
+        sizes, picked = dict(dims), {}
+        if self.keyed is not None and key is not None:
+            facts = self._keyed.get(key)
+            if facts is None:  # parsed once per key: the checked path calls this every time
+                facts = self._keyed[key] = tuple(
+                    (n, v if n in self.dtypes or not isinstance(v, str) else Dim.parse(v))
+                    for n, v in self.keyed(key).items()
+                )
+            for name, v in facts:
+                if name in self.dtypes:
+                    picked[name] = v
+                else:
+                    sizes[name] = v.value(sizes) if isinstance(v, Dim) else v
+        return sizes, picked
+
+    def fix(self, bound: Bound, key: str) -> None:
+        """Add what `keyed` fixes for dispatch key `key` to a checked call's `bound` (its
+        output-only sizes and dtypes), so that `outputs` and `launch` see them."""
+        dims, picked = self.key_facts(key, bound.dims)
+        bound.dims.update(dims)
+        bound.picked.update(picked)
 
     # ------------------------------------------------------------ the checked path
     def bind(self, args: Mapping[str, Any]) -> Bound:
@@ -236,7 +285,7 @@ class OpSchema:
             elif spec.dtype in first:
                 _validate.same_dtype(spec.api, t, *first[spec.dtype])
             else:
-                picked[spec.dtype] = _validate.dtype_key(spec.api, t, self.dtypes[spec.dtype])
+                picked[spec.dtype] = _pick_dtype(spec.api, t, self.dtypes[spec.dtype])
                 first[spec.dtype] = (spec.api, t)
         dims: dict[str, int] = {}
         binder: dict[str, tuple[str, tuple]] = {}
@@ -341,10 +390,16 @@ class OpSchema:
         """Output names of the torch custom op (the `_out` op's arguments)."""
         return tuple(s.api for s in self.outs)
 
-    def fake(self, inputs: Mapping[str, Any], fw: Any, args: Mapping[str, Any] = {}) -> tuple:  # noqa: B006
+    def fake(
+        self,
+        inputs: Mapping[str, Any],
+        fw: Any,
+        key: str | None = None,
+        args: Mapping[str, Any] = {},  # noqa: B006
+    ) -> tuple:
         """Empty stand-ins of the outputs for torch's fake tensors (symbolic sizes welcome):
-        shapes from the inputs' dims (and `sizes` from `args`), dtypes from the schema; no
-        checks."""
+        shapes from the inputs' dims (with `sizes` from `args` and what `keyed` fixes for
+        `key`), dtypes from the schema; no checks."""
         picked: dict[str, str] = {}
         dims: dict[str, Any] = self.arg_dims(args) if self.sizes else {}
         lead: tuple = ()
@@ -355,7 +410,7 @@ class OpSchema:
                 continue
             like = like if like is not None else t
             if spec.dtype not in LITERALS and spec.dtype not in picked:
-                picked[spec.dtype] = _short_of(t.dtype)
+                picked[spec.dtype] = short_of(t.dtype)
             shape = tuple(t.shape)
             fixed = spec.dims[1:] if spec.lead else spec.dims
             tail = shape[len(shape) - len(fixed) :]
@@ -365,6 +420,8 @@ class OpSchema:
             for d, v in zip(fixed, tail, strict=True):
                 if d.name is not None:
                     dims.setdefault(d.name, v // d.factor)
+        dims, fixed_dtypes = self.key_facts(key, dims)
+        picked.update(fixed_dtypes)
         return tuple(
             like.new_empty(
                 self.out_shape(s, dims, lead),
@@ -373,20 +430,34 @@ class OpSchema:
             for s in self.outs
         )
 
-    def check_signature(self, params: list[dict], key: Mapping[str, str], spec: Mapping) -> None:
+    def check_signature(
+        self,
+        params: list[dict],
+        key: Mapping[str, str],
+        spec: Mapping,
+        key_string: str | None = None,
+    ) -> None:
         """Compare a traced kernel signature (`build_tools.trace.Signature.params` as dicts)
         with the schema: names, order, kinds, ranks, dtypes for this key, and every fixed or
-        specialised dim. ValueError naming the op and the first mismatch."""
+        specialised dim. `key_string` is the key's dispatch-key string (`KernelSpec.key_string`;
+        by default spelled from `key`). ValueError naming the op and the first mismatch."""
         want = [(t.name, "tensor") for t in self.tensors] + [(n, "scalar") for n, _ in self.scalars]
         got = [(p["name"], p["kind"]) for p in params]
         if want != got:
             raise ValueError(f"{self.op}: kernel parameters {got} differ from the schema's {want}")
         values = {**{k: v for k, v in spec.items() if isinstance(v, int)}}
+        fixed = {} if self.keyed is None else self.keyed(key_string or _key_string(key))
+        for name, v in fixed.items():
+            if name not in self.dtypes:  # a size: known where it is a number or its names are
+                size = _maybe_value(Dim.parse(v), values) if isinstance(v, str) else v
+                if size is not None:
+                    values[name] = size
         for t, p in zip(self.tensors, params, strict=False):
             where = f"{self.op} ({dict(key)}, {dict(spec) or 'generic'}): tensor {t.name}"
             if len(p["shape"]) != len(t.dims):
                 raise ValueError(f"{where} has rank {len(p['shape'])}, the schema {len(t.dims)}")
-            dtype = _TVM.get(t.dtype) or _TVM[_dtype_short(key, t.dtype)]
+            short = t.dtype if t.dtype in LITERALS else fixed.get(t.dtype)
+            dtype = _TVM[short] if short in _TVM else _TVM[_dtype_short(key, t.dtype)]
             if p["dtype"] != dtype:
                 raise ValueError(f"{where} has dtype {p['dtype']}, the schema {dtype}")
             for d, k in zip(t.dims, p["shape"], strict=True):
@@ -401,6 +472,19 @@ class OpSchema:
         for (name, ctype), p in zip(self.scalars, params[len(self.tensors) :], strict=True):
             if p["dtype"] != ctype:
                 raise ValueError(f"{self.op}: scalar {name} is {p['dtype']}, the schema {ctype}")
+        # `key` spells the dispatch key (the C++ header builds it so): it must be the kernel's.
+        fields = {}
+        for _, name, _, _ in string.Formatter().parse(self.key):
+            if name in self.dtypes:
+                fields[name] = fixed.get(name) or _dtype_short(key, name)
+            elif name:
+                fields[name] = _BY_ATTR.get(key.get(name), key.get(name))
+        spelled, want_key = self.key.format(**fields), key_string or _key_string(key)
+        if spelled != want_key:
+            raise ValueError(
+                f"{self.op}: the schema's key {self.key!r} spells {spelled!r} for the kernel's "
+                f"key {want_key!r}"
+            )
 
 
 def _shown(d: Dim, dims: Mapping[str, int]) -> str:
@@ -426,22 +510,48 @@ def _dtype_short(key: Mapping[str, str], var: str) -> str:
     raise ValueError(f"no dtype for variable {var} in key {dict(key)}")
 
 
+def _key_string(key: Mapping[str, str]) -> str:
+    """A spec key's dispatch-key string ("bf16,g128"), as kernels_py.spec.KernelSpec spells it."""
+    return ",".join(_BY_ATTR.get(v, v) for v in key.values())
+
+
+def _pick_dtype(name: str, t: Any, supported: tuple[str, ...]) -> str:
+    """The short dtype name of tensor `t`, which must be one of `supported` (as
+    `_validate.dtype_key` says it, for any literal dtype)."""
+    _validate.require_tensor(name, t)
+    short = _BY_ATTR.get(str(t.dtype).removeprefix("torch."))
+    if short not in supported:
+        prefix = "" if type(t) is _validate.Array else "torch."
+        names = ", ".join(prefix + LITERALS[k][0] for k in supported)
+        raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {names}")
+    return short
+
+
+class _ShortNames(dict):
+    """dtype object (torch's or DLPack's) -> short name, or None; filled on first sight."""
+
+    def __missing__(self, dtype: Any) -> str | None:
+        short = self[dtype] = _BY_ATTR.get(str(dtype).removeprefix("torch."))
+        return short
+
+
 def _short(dtype: str, picked: Mapping[str, str]) -> str:
     return dtype if dtype in LITERALS else picked[dtype]
 
 
-def _short_of(dtype: Any) -> str:
-    name = str(dtype).removeprefix("torch.")
-    for short, (attr, _) in LITERALS.items():
-        if name == attr:
-            return short
-    raise TypeError(f"unsupported dtype {dtype}")
+def short_of(dtype: Any) -> str:
+    """The short name of a torch or DLPack dtype ("bf16"); TypeError for one not in LITERALS."""
+    short = _BY_ATTR.get(str(dtype).removeprefix("torch."))
+    if short is None:
+        raise TypeError(f"unsupported dtype {dtype}")
+    return short
 
 
 def _literal_dtype(name: str, t: Any, short: str) -> None:
     _validate.require_tensor(name, t)
     if str(t.dtype).removeprefix("torch.") != LITERALS[short][0]:
-        raise TypeError(f"{name} has dtype {t.dtype}; it must be {LITERALS[short][0]}")
+        prefix = "" if type(t) is _validate.Array else "torch."
+        raise TypeError(f"{name} has dtype {t.dtype}; it must be {prefix}{LITERALS[short][0]}")
 
 
 def _compile_launcher(schema: OpSchema) -> Callable:
@@ -490,9 +600,13 @@ def _compile_bind(schema: OpSchema) -> Callable:
     for i, t in enumerate(schema.inputs):
         v = f"a{i}"
         lines.append(f"    {v} = args[{t.api!r}]")
-        if t.optional:  # optional tensors: the generic path (rare in the ops with schemas)
-            return schema.bind_checked
-        present.append((t.api, v))
+        present.append((t.api, v, t.optional))
+        if t.optional:  # None, or a tensor of its literal dtype (a dtype variable: generic path)
+            if t.dtype not in LITERALS:
+                return schema.bind_checked
+            attr = LITERALS[t.dtype][0]
+            conds.append(f"({v} is None or type({v}) is A.Tensor and {v}.dtype is A._torch.{attr})")
+            continue
         types.append(f"type({v}) is A.Tensor")
         if t.dtype in LITERALS:
             conds.append(f"{v}.dtype is A._torch.{LITERALS[t.dtype][0]}")
@@ -506,11 +620,18 @@ def _compile_bind(schema: OpSchema) -> Callable:
                 f"    if not ({' and '.join(types)}):\n        return schema.bind_checked(args)"
             )
             types = []
-            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORT.get(d{i})")
+            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORT[d{i}]")
     checks = []
     for i, t in enumerate(schema.inputs):
         v = f"a{i}"
         fixed = t.dims[1:] if t.lead else t.dims
+        if t.optional:  # checks only where given; it may bind no size of its own
+            if t.lead or any(d.name and d.name not in dims for d in fixed):
+                return schema.bind_checked
+            body = _shape_checks(i, fixed, dims)
+            checks.append(f"    if {v} is not None:")
+            checks += ["    " + line for c in body for line in c.split("\n")]
+            continue
         rank = f"len(s{i}) >= {len(fixed)}" if t.lead else f"len(s{i}) == {len(fixed)}"
         checks.append(f"    s{i} = {v}.shape")
         checks.append(f"    if not ({rank}):\n        return schema.bind_checked(args)")
@@ -548,17 +669,33 @@ def _compile_bind(schema: OpSchema) -> Callable:
     for name, expr in dims.items():
         if expr.startswith("prod("):
             checks.append(f"    {name} = {expr}")
-    names = ", ".join(repr(n) for n, _ in present)
-    tensors = ", ".join(v for _, v in present)
+    names = " + ".join(
+        f"(() if {v} is None else ({n!r},))" if opt else f"({n!r},)" for n, v, opt in present
+    )
+    tensors = " + ".join(
+        f"(() if {v} is None else ({v},))" if o else f"({v},)" for _, v, o in present
+    )
     src = "def bind(args):\n" + "\n".join(lines) + "\n"
     test = " and ".join(types + conds) or "True"
     src += f"    if not ({test}):\n        return schema.bind_checked(args)\n"
     src += "\n".join(checks) + "\n"
-    src += f"    device = check_memory(({names},), ({tensors},))\n"
+    src += f"    device = check_memory({names}, {tensors})\n"
     pick = ", ".join(f"{k!r}: {e}" for k, e in picked.items())
     dim = ", ".join(f"{k!r}: {k}" for k in dims)
     src += f"    return Bound({{{pick}}}, {{{dim}}}, device, {lead})\n"
     return _exec(src, schema, "bind")
+
+
+def _shape_checks(i: int, fixed: tuple[Dim, ...], dims: Mapping[str, str]) -> list[str]:
+    """The generated checks of input `i`'s rank and its dims against sizes already bound."""
+    out = [
+        f"    s{i} = a{i}.shape",
+        f"    if len(s{i}) != {len(fixed)}:\n        return schema.bind_checked(args)",
+    ]
+    for j, d in enumerate(fixed):
+        want = d.text if d.text.isdigit() else d.name if d.factor == 1 else f"{d.factor} * {d.name}"
+        out.append(f"    if s{i}[{j}] != {want}:\n        return schema.bind_checked(args)")
+    return out
 
 
 def _exec(src: str, schema: OpSchema, name: str) -> Callable:
@@ -569,7 +706,7 @@ def _exec(src: str, schema: OpSchema, name: str) -> Callable:
         "Bound": Bound,
         "prod": math.prod,
         "check_memory": _validate.check_memory,
-        "SHORT": _validate._SHORT,
+        "SHORT": _ShortNames(),
         "A": _arrays,  # A.Tensor, A._torch: torch's, once the first torch tensor was seen
     }
     exec(compile(src, f"<tileaot {name} {schema.op}>", "exec"), scope)  # noqa: S102
@@ -621,9 +758,16 @@ def _compile_outputs(schema: OpSchema) -> Callable:
     for i in range(len(outs)):
         lines.append(f"    check_out(names[{i}], given[{i}], dt{i}, sh{i}, b.device)")
     ins = tuple(t.api for t in schema.inputs)
-    if any(t.optional for t in schema.inputs):
-        lines.append("    ins = tuple(n for n, t in inputs.items() if t is not None)")
-        lines.append("    check_no_overlap(names, given, ins, tuple(inputs[n] for n in ins))")
+    if any(t.optional for t in schema.inputs):  # the inputs given, spelled out per optional one
+        present = [(t.api, t.optional) for t in schema.inputs]
+        names_of = " + ".join(
+            f"(() if inputs[{n!r}] is None else ({n!r},))" if o else f"({n!r},)" for n, o in present
+        )
+        values = " + ".join(
+            f"(() if inputs[{n!r}] is None else (inputs[{n!r}],))" if o else f"(inputs[{n!r}],)"
+            for n, o in present
+        )
+        lines.append(f"    check_no_overlap(names, given, {names_of}, {values})")
     else:
         vals = "".join(f"inputs[{n!r}], " for n in ins)
         lines.append(f"    check_no_overlap(names, given, {ins!r}, ({vals}))")
