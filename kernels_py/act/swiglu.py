@@ -36,6 +36,7 @@ otherwise get 32-byte accesses, see docs/ADDING_AN_OP.md).
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+from ..ceildiv import ceildiv
 from ..spec import KernelSpec
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -100,7 +101,7 @@ def _kernel(dtype: str, h: int | None, store_128: bool):
         y: T.Tensor((M, H), dtype),
     ):
         # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
-        with T.Kernel(T.ceildiv(M, ROWS), T.ceildiv(H, cols), threads=THREADS) as (bm, bc):
+        with T.Kernel(ceildiv(T, M, ROWS), ceildiv(T, H, cols), threads=THREADS) as (bm, bc):
             if h is not None:
                 vec_tile(x, y, bc, bm)
             elif H % vec == 0:
