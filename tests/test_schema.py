@@ -23,7 +23,7 @@ _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
 
 # Ops whose wrappers run through their schema (the rest follow; see docs/ADDING_AN_OP.md).
-SCHEMA_OPS = ("rms_norm", "gemm", "swiglu")
+SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "topk_gate")
 
 
 def _module(op: str):
@@ -71,39 +71,53 @@ EXAMPLES = {
     "rms_norm": ("x[4096, 4096]", (4096,) * 5),
     "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
     "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
+    "topk_gate": ("scores[4096, 256], K=8", (4096, 256, 4096, 8, 4096, 8)),
 }
-WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10}
+WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "topk_gate": 0b110}
+# A key of each op for its example (the first of its first dtype variable if it has one).
+KEYS = {"topk_gate": "fp32,softmax"}
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
     "swiglu": "Tensor x",
+    "topk_gate": "Tensor scores, int k, str scoring='softmax', bool renormalize=True",
 }
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
 def test_derived_facts(op):
     schema = _module(op).SCHEMA
-    assert schema.example_shapes(schema.dtypes["T"][0]) == EXAMPLES[op]
+    key = KEYS.get(op) or schema.dtypes["T"][0]
+    assert schema.example_shapes(key) == EXAMPLES[op]
     assert schema.writes == WRITES[op]
     specs = importlib.import_module("tileaot.torch_ops._specs")
     (spec,) = [s for s in specs.SPECS if s.name == op]
     assert spec.args == TORCH_ARGS[op] and spec.outs == schema.torch_outs()
 
 
+F32, I32, BF16 = torch.float32, torch.int32, torch.bfloat16
+
+
 @pytest.mark.parametrize(
     ("op", "args", "want"),
     [
-        ("rms_norm", lambda: (t(3, 5, 64), t(64), 1e-6), [(3, 5, 64)]),
-        ("gemm", lambda: (t(7, 32), t(16, 32)), [(7, 16)]),
-        ("swiglu", lambda: (t(2, 3, 64),), [(2, 3, 32)]),
+        ("rms_norm", lambda: (t(3, 5, 64), t(64), 1e-6), [((3, 5, 64), BF16)]),
+        ("gemm", lambda: (t(7, 32), t(16, 32)), [((7, 16), BF16)]),
+        ("swiglu", lambda: (t(2, 3, 64),), [((2, 3, 32), BF16)]),
+        (
+            "topk_gate",
+            lambda: (t(5, 64, dtype=F32), 3, "sigmoid", True),
+            [((5, 3), I32), ((5, 3), F32)],
+        ),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
+    """want: (shape, dtype) of each output, None where the output is absent."""
     specs = importlib.import_module("tileaot.torch_ops._specs")
     (spec,) = [s for s in specs.SPECS if s.name == op]
     got = spec.fake(*args())
     got = got if isinstance(got, tuple) else (got,)
-    assert [tuple(g.shape) for g in got] == want and all(g.dtype == torch.bfloat16 for g in got)
+    assert [g if g is None else (tuple(g.shape), g.dtype) for g in got] == want
 
 
 def test_bind_names_the_argument_and_the_tied_size():

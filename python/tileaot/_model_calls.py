@@ -503,7 +503,7 @@ def _moe(cfg: ModelConfig, moe: Moe) -> Iterator[Call]:
 def _from_schema(op: str, key: str, use: str, **dims: int) -> Call:
     """A call of an op with a schema (tileaot/_schema.py): its layout is the schema's."""
     schema = importlib.import_module(f"{__package__}.{op}").SCHEMA
-    return Call(op, key, schema.flat(dims), schema.describe(dims), (use,))
+    return Call(op, key, schema.flat(dims, key), schema.describe(dims, key), (use,))
 
 
 def rms_norm(dt: str, m: int, n: int, use: str = "") -> Call:
@@ -530,8 +530,7 @@ def per_token_cast_fp8(dt: str, m: int, n: int, group: int, use: str = "") -> Ca
 
 
 def topk_gate(scoring: str, m: int, e: int, k: int, use: str = "") -> Call:
-    text = f"scores[{m}, {e}], k={k}"
-    return Call("topk_gate", f"fp32,{scoring}", (m, e, m, k, m, k), text, (use,))
+    return _from_schema("topk_gate", f"fp32,{scoring}", use, T=m, E=e, K=k)
 
 
 def moe_expand(key: str, t: int, h: int, k: int, e: int, use: str = "") -> Call:

@@ -22,6 +22,20 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
 * a dtype is a dtype variable (its allowed short names in `dtypes`; the first input holding it
   picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32``.
 * `key` formats the dispatch key from the dtype variables (and `extra` fields the wrapper passes).
+* inputs may also use an expression over sizes bound before them (``x_scale[T, H // 128]``).
+* an optional output follows an optional input: ``x_sorted_scale?[P, H // 128]: fp32 if x_scale``
+  exists exactly when `x_scale` is given; `select` says which key's kernel takes an optional
+  input: ``{"x_scale": ("X", "e4m3", None)}`` (the kernel of dtype variable X = e4m3 takes it,
+  and bind requires it there and refuses it elsewhere), ``{"weights": ("mode", "weighted",
+  "sum")}`` (key field `mode` is "weighted" with it, "sum" without).
+* `sizes` are the rules for dims no input binds (``{"P": "T * K + E * (alignment - 1)"}``): the
+  wrapper passes the public sizes they use (``bind(args, E=e, alignment=a)``).
+* scratch tensors (``scratch work[T * K]: i32``) share one workspace the wrapper allocates
+  (`workspace`): each starts on a 16-byte boundary; `workspace_size` is its size in bytes.
+* `fields` names the spec-key field of a dtype variable where it is not ``T -> dtype`` (the
+  build-time check reads the dtype there); `public` the public arguments that give sizes or
+  dtypes no input binds (for the torch fake); `order` is the public output order (``out=`` and the
+  returned tuple) where it is not the kernel's; `backward` names the op computing the gradient.
 
 From it come: the checked path's mechanical checks (`bind`: dtype by key, ranks, tied dims, device,
 contiguity, alignment, int32 range; `outputs`: allocation or `out=` checks, overlap), the launch
@@ -36,6 +50,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -52,7 +67,9 @@ LITERALS = {
     "i32": ("int32", "int32"),
 }
 _TVM = {short: tvm for short, (_, tvm) in LITERALS.items()}
+_ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "u8": 1, "i32": 4}
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_NO_OPTIONAL: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -101,6 +118,7 @@ class TensorSpec:
     role: str  # "in", "out" or "scratch"
     optional: bool = False
     public: str | None = None  # the API's name where it differs (`out`)
+    follows: str | None = None  # an optional output: the optional input it exists with
 
     @property
     def api(self) -> str:
@@ -119,12 +137,16 @@ class TensorSpec:
 
 
 def _parse_tensor(text: str, role: str) -> TensorSpec:
-    m = re.fullmatch(r"\s*(\w+)(\?)?\s*\[(.*)\]\s*:\s*(\w+)\s*(?:as\s+(\w+))?\s*", text)
+    m = re.fullmatch(
+        r"\s*(\w+)(\?)?\s*\[(.*)\]\s*:\s*(\w+)\s*(?:as\s+(\w+))?\s*(?:if\s+(\w+))?\s*", text
+    )
     if not m:
         raise ValueError(f"schema: cannot read tensor {text!r}")
-    name, opt, dims, dtype, public = m.groups()
+    name, opt, dims, dtype, public, follows = m.groups()
+    if role != "in" and bool(opt) != bool(follows):
+        raise ValueError(f"schema: optional output {name} needs 'if <optional input>'")
     parsed = tuple(Dim.parse(d) for d in dims.split(",")) if dims.strip() else ()
-    return TensorSpec(name, parsed, dtype, role, bool(opt), public)
+    return TensorSpec(name, parsed, dtype, role, bool(opt), public, follows)
 
 
 def _split(text: str) -> list[str]:
@@ -152,6 +174,14 @@ class OpSchema:
     example: Mapping[str, int] = field(default_factory=dict)
     tensors: tuple[TensorSpec, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()
+    fields: Mapping[str, str] = field(default_factory=dict)  # dtype variable -> spec-key field
+    sizes: Mapping[str, str] = field(default_factory=dict)  # dim no input binds -> its rule
+    select: Mapping[str, tuple] = field(default_factory=dict)  # optional input -> key rule
+    order: tuple[str, ...] = ()  # public output order (API names), if not the kernel's
+    backward: str | None = None  # the op computing this op's gradient
+    # size or dtype variable -> the public argument giving it ({"K": "k"}); a dtype variable's
+    # is (argument, the dtype variable it defaults to when the argument is None)
+    public: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         body, _, scalars = self.text.partition(";")
@@ -168,9 +198,15 @@ class OpSchema:
         for t in self.tensors:
             if t.dtype not in LITERALS and t.dtype not in self.dtypes:
                 raise ValueError(f"schema {self.op}: {t.name} has unknown dtype {t.dtype!r}")
-        self._launch: Callable | None = None
+        # Optional inputs (API names) and the positions of all optional tensors (kernel order,
+        # scratch excluded): which are given picks the outputs, the launch and the short path.
+        self._optional = tuple(t.api for t in self.tensors if t.role == "in" and t.optional)
+        self._launch: dict[frozenset, Callable] = {}
         self._bind: Callable | None = None
         self._outputs: Callable | None = None
+        self._outputs_by: dict[frozenset, Callable] = {}
+        self._sizes: Callable | None = None
+        self._workspace: Callable | None = None
         # The short path's output bits: bit i set for each tensor (kernel order) the kernel
         # writes. A plain attribute: the ops read it on every call.
         self.writes = sum(1 << i for i, t in enumerate(self.tensors) if t.role != "in")
@@ -184,37 +220,144 @@ class OpSchema:
     def outs(self) -> tuple[TensorSpec, ...]:
         return tuple(t for t in self.tensors if t.role == "out")
 
-    def flat(self, dims: Mapping[str, int]) -> tuple[int, ...]:
-        """The flat shapes the kernel takes: every dim of every tensor, in kernel order."""
+    def present(self, given: frozenset = frozenset()) -> tuple[TensorSpec, ...]:
+        """The tensors a kernel takes (kernel order, scratch included) when the optional inputs
+        `given` (API names) are passed: the others and the outputs that follow them drop out."""
         return tuple(
-            d.value(dims) if not d.lead else dims[d.name] for t in self.tensors for d in t.dims
+            t
+            for t in self.tensors
+            if not t.optional or (t.api in given if t.role == "in" else t.follows in given)
         )
 
-    def describe(self, dims: Mapping[str, int]) -> str:
-        """A call's input matrices as text: ``x[4096, 7168]`` (what `info` and `check` print)."""
-        return " ".join(
+    def given_by_key(self, key: str) -> frozenset:
+        """The optional inputs the kernels of dispatch key `key` ("bf16,fp32,weighted") take
+        (by `select`; one without a rule: every key's)."""
+        fields = self.key_fields(key)
+        return frozenset(
+            n
+            for n in self._optional
+            if n not in self.select or fields.get(self.select[n][0]) == self.select[n][1]
+        )
+
+    def _given_by_spec_key(self, key: Mapping[str, str]) -> frozenset:
+        """`given_by_key` for a spec key ({"dtype": "float8_e4m3fn"}: what `build_tools` traces)."""
+        given = set()
+        for n in self._optional:
+            rule = self.select.get(n)
+            if rule is None:
+                given.add(n)
+                continue
+            field, value = rule[0], rule[1]
+            got = _dtype_short(key, field, self.fields) if field in self.dtypes else key.get(field)
+            if got == value:
+                given.add(n)
+        return frozenset(given)
+
+    def key_fields(self, key: str) -> dict[str, str]:
+        """Dispatch key text -> its fields by the `key` format: "e4m3" -> {"X": "e4m3"}."""
+        pattern, names = "", []
+        for literal, name, _, _ in string.Formatter().parse(self.key):
+            pattern += re.escape(literal)
+            if name:
+                pattern += r"([^,]*)"
+                names.append(name)
+        m = re.fullmatch(pattern, key)
+        return dict(zip(names, m.groups(), strict=True)) if m else {}
+
+    def complete(self, dims: Mapping[str, int]) -> dict[str, int]:
+        """`dims` with the size rules (`sizes`) applied for the dims it lacks."""
+        if self._sizes is None:
+            self._sizes = _compile_sizes(self)
+        return self._sizes(dict(dims))
+
+    def flat(self, dims: Mapping[str, int], key: str | None = None) -> tuple[int, ...]:
+        """The flat shapes the kernel takes: every dim of every tensor, in kernel order (of the
+        kernels of `key`; every optional tensor if None)."""
+        dims = self.complete(dims)
+        given = frozenset(self._optional) if key is None else self.given_by_key(key)
+        return tuple(
+            d.value(dims) if not d.lead else dims[d.name]
+            for t in self.present(given)
+            for d in t.dims
+        )
+
+    def describe(self, dims: Mapping[str, int], key: str | None = None) -> str:
+        """A call's input matrices as text: ``x[4096, 7168]`` (what `info` and `check` print),
+        then the sizes no input shows (``, E=256``)."""
+        dims = self.complete(dims)
+        given = frozenset(self._optional) if key is None else self.given_by_key(key)
+        shown = [t for t in self.present(given) if t.role == "in"]
+        text = " ".join(
             f"{t.name}[{', '.join(_shown(d, dims) for d in t.dims)}]"
-            for t in self.inputs
+            for t in shown
             if len(t.dims) >= 2
         )
+        bound = {n for t in shown for d in t.dims for n in _NAME.findall(d.text)}
+        extra = [n for n in self.given_names() if n not in bound and n in dims]
+        return text + "".join(f", {n}={dims[n]}" for n in extra)
+
+    def given_names(self) -> tuple[str, ...]:
+        """The sizes no input binds and no rule gives: the wrapper passes them to `bind`."""
+        bound = {d.name for t in self.inputs for d in t.dims if d.name}
+        used = [n for t in self.tensors for d in t.dims for n in _NAME.findall(d.text)]
+        used += [n for e in self.sizes.values() for n in _NAME.findall(e)]
+        return tuple(dict.fromkeys(n for n in used if n not in bound and n not in self.sizes))
 
     def example_shapes(self, key: str) -> tuple[str, tuple[int, ...]]:
         """A typical call for `python -m tileaot info`: its description and flat shapes, from
         the schema's `example` sizes."""
-        return self.describe(self.example), self.flat(self.example)
+        return self.describe(self.example, key), self.flat(self.example, key)
+
+    def writes_of(self, given: frozenset = frozenset()) -> int:
+        """The short path's output bits for a call with the optional inputs `given`: bit i for
+        each output among the tensors it passes (kernel order, no scratch)."""
+        tensors = [t for t in self.present(given) if t.role != "scratch"]
+        return sum(1 << i for i, t in enumerate(tensors) if t.role == "out")
+
+    # ------------------------------------------------------------ scratch
+    @property
+    def scratch(self) -> tuple[TensorSpec, ...]:
+        return tuple(t for t in self.tensors if t.role == "scratch")
+
+    def workspace_layout(self) -> tuple[list[str], str]:
+        """Byte offsets of the scratch tensors in the workspace and its total size, as integer
+        expressions over the size names (Python; C++ with ``/`` for ``//``): each tensor starts
+        on a 16-byte boundary (the runtime's alignment rule, as if each were its own tensor)."""
+        offsets, end = [], "0"
+        for t in self.scratch:
+            start = end if end == "0" else f"({end} + 15) // 16 * 16"
+            offsets.append(start)
+            size = " * ".join([f"({_size_expr(d)})" for d in t.dims] + [str(_ITEMSIZE[t.dtype])])
+            end = size if start == "0" else f"{start} + {size}"
+        return offsets, end
+
+    def workspace_size(self, dims: Mapping[str, int]) -> int:
+        """Bytes of scratch a call of sizes `dims` needs (0 for an op without scratch)."""
+        if self._workspace is None:
+            self._workspace = _lambda(self.workspace_layout()[1], f"workspace {self.op}")
+        return self._workspace(dims)
+
+    def workspace(self, fw: Any, like: Any, dims: Mapping[str, int]) -> Any:
+        """The scratch of one call: `workspace_size` bytes allocated like `like`."""
+        return like.new_empty(self.workspace_size(dims), dtype=fw.uint8)
 
     # ------------------------------------------------------------ the checked path
-    def bind(self, args: Mapping[str, Any]) -> Bound:
+    def bind(self, args: Mapping[str, Any], **given: int) -> Bound:
         """Check the input tensors (`args`: API name -> tensor or None for optional ones):
         dtypes, ranks, tied dims, then device and layout. Raises TypeError/ValueError naming
-        the argument.
+        the argument. `given`: the sizes no input binds (`given_names`, from the public
+        scalars); the size rules (`sizes`) are applied after.
 
         Straight-line code generated for this schema (`_compile_bind`) checks a valid call with
         one condition per rule; any failure reruns `bind_checked`, the rule-by-rule version
         that works out which rule broke and says so."""
         if self._bind is None:
             self._bind = _compile_bind(self)
-        return self._bind(args)
+        if not given and not self.sizes:
+            return self._bind(args)
+        b = self._bind(args)
+        b.dims.update(given)
+        return b._replace(dims=self.complete(b.dims))
 
     def bind_checked(self, args: Mapping[str, Any]) -> Bound:
         """`bind`, one rule at a time (the slow path: it raises the precise error)."""
@@ -229,8 +372,9 @@ class OpSchema:
             elif spec.dtype in first:
                 _validate.same_dtype(spec.api, t, *first[spec.dtype])
             else:
-                picked[spec.dtype] = _validate.dtype_key(spec.api, t, self.dtypes[spec.dtype])
+                picked[spec.dtype] = _dtype_key(spec.api, t, self.dtypes[spec.dtype])
                 first[spec.dtype] = (spec.api, t)
+        self._check_selected(args, picked, first)
         dims: dict[str, int] = {}
         binder: dict[str, tuple[str, tuple]] = {}
         present = []
@@ -247,6 +391,24 @@ class OpSchema:
         names, tensors = zip(*present, strict=True)
         device = _validate.check_memory(names, tensors)
         return Bound(picked, dims, device, lead or ())
+
+    def _check_selected(self, args: Mapping[str, Any], picked: dict, first: dict) -> None:
+        """An optional input that a dtype selects (``select = {"x_scale": ("X", "e4m3",
+        None)}``) is required with that dtype and refused with any other."""
+        for name, (var, value, *_) in self.select.items():
+            if var not in picked:
+                continue
+            holder, t = first[var]
+            attr = LITERALS[value][0]
+            spec = next(s for s in self.inputs if s.api == name)
+            if picked[var] == value and args[name] is None:
+                raise ValueError(
+                    f"{holder} has dtype {t.dtype}: pass {name} {spec.pattern()} with it"
+                )
+            if picked[var] != value and args[name] is not None:
+                raise ValueError(
+                    f"{name} is only for {holder} of dtype {attr}; {holder} has dtype {t.dtype}"
+                )
 
     def _bind_dims(self, spec: TensorSpec, shape: tuple, dims: dict, binder: dict) -> None:
         fixed = spec.dims[1:] if spec.lead else spec.dims
@@ -267,8 +429,18 @@ class OpSchema:
                         f"not {d.text}"
                     )
                 continue
-            if d.name is None:
-                raise ValueError(f"schema {self.op}: input dim {d.text!r} binds no size")
+            if d.name is None:  # an expression over sizes bound before: x_scale[T, H // 128]
+                want = _maybe_value(d, dims)
+                if want is None:
+                    raise ValueError(f"schema {self.op}: input dim {d.text!r} binds no size")
+                if v != want:
+                    by = binder.get(_NAME.findall(d.text)[0], (None, None))
+                    match = f" to match {by[0]} {by[1]}" if by[0] else ""
+                    raise ValueError(
+                        f"{spec.api} must have shape {self._expected(spec, before)}{match}; "
+                        f"got {shape}"
+                    )
+                continue
             if v % d.factor:
                 raise ValueError(
                     f"{spec.api} must have shape {spec.pattern()}: its dim {axis} is {v}, not a "
@@ -303,32 +475,62 @@ class OpSchema:
         """The output tensors: allocated like `like` (its framework and device), or `out=`
         checked (type, dtype, shape, device, layout, no overlap with inputs or each other)."""
         if self._outputs is None:
-            self._outputs = _compile_outputs(self)
+            self._outputs = (
+                self._outputs_given if self._optional else _compile_outputs(self, frozenset())
+            )
         return self._outputs(fw, like, b, out, inputs)
 
+    def _outputs_given(self, fw: Any, like: Any, b: Bound, out: Any, inputs: Mapping) -> tuple:
+        """`outputs` of a schema with optional inputs: the code for those given."""
+        given = frozenset(n for n in self._optional if inputs.get(n) is not None)
+        fn = self._outputs_by.get(given)
+        if fn is None:
+            fn = self._outputs_by[given] = _compile_outputs(self, given)
+        return fn(fw, like, b, out, inputs)
+
     # ------------------------------------------------------------ the launch
-    def launcher(self) -> Callable:
-        """``launch(handle, device, stream, *tensors, *scalars, **dims)`` in kernel order: one
-        `_C.launch` with the data pointers and flat shapes, as straight-line code (generated
-        once; no loops or lookups on the hot path)."""
-        if self._launch is None:
-            self._launch = _compile_launcher(self)
-        return self._launch
+    def launcher(self, given: frozenset = frozenset()) -> Callable:
+        """``launch(handle, device, stream, *tensors, [workspace,] *scalars, **dims)``: one
+        `_C.launch` with the data pointers and flat shapes in kernel order, as straight-line
+        code (generated once per set of optional inputs `given`; no loops or lookups on the
+        hot path). `tensors` are every non-scratch tensor in kernel order (None for an absent
+        optional one); `workspace` (ops with scratch) holds the scratch tensors."""
+        fn = self._launch.get(given)
+        if fn is None:
+            fn = self._launch[given] = _compile_launcher(self, given)
+        return fn
 
     def launch(self, key: str, device: int, tensors: tuple, scalars: tuple, dims: dict) -> int:
         """Look up (op, key) and launch on the current stream; returns the handle."""
         handle = _lib.handle(self.op, key)
-        self.launcher()(handle, device, _lib.current_stream(device), *tensors, *scalars, **dims)
+        given = _NO_OPTIONAL
+        if self._optional:
+            given = frozenset(
+                t.api
+                for t, x in zip(self.inputs, tensors, strict=False)
+                if t.optional and x is not None
+            )
+        self.launcher(given)(
+            handle, device, _lib.current_stream(device), *tensors, *scalars, **dims
+        )
         return handle
 
     # ------------------------------------------------------------ torch and the build
-    def torch_outs(self) -> tuple[str, ...]:
-        """Output names of the torch custom op (the `_out` op's arguments)."""
-        return tuple(s.api for s in self.outs)
+    def public_outs(self) -> tuple[TensorSpec, ...]:
+        """The outputs in the public order (``out=`` and the returned tuple)."""
+        if not self.order:
+            return self.outs
+        return tuple(sorted(self.outs, key=lambda t: self.order.index(t.api)))
 
-    def fake(self, inputs: Mapping[str, Any], fw: Any) -> tuple:
+    def torch_outs(self) -> tuple[str, ...]:
+        """Output names of the torch custom op (the `_out` op's arguments; "name?" may be
+        None: an optional output)."""
+        return tuple(s.api + "?" * s.optional for s in self.public_outs())
+
+    def fake(self, inputs: Mapping[str, Any], fw: Any, args: Mapping[str, Any] = {}) -> tuple:  # noqa: B006
         """Empty stand-ins of the outputs for torch's fake tensors (symbolic sizes welcome):
-        shapes from the inputs' dims, dtypes from the schema; no checks."""
+        shapes from the inputs' dims and the public arguments `args` (`public`), dtypes from
+        the schema; None for an optional output whose input is absent; no checks."""
         picked: dict[str, str] = {}
         dims: dict[str, Any] = {}
         lead: tuple = ()
@@ -349,28 +551,39 @@ class OpSchema:
             for d, v in zip(fixed, tail, strict=True):
                 if d.name is not None:
                     dims.setdefault(d.name, v // d.factor)
+        for name, arg in self.public.items():
+            if name in self.dtypes:  # (argument, the dtype variable it defaults to)
+                value = args.get(arg[0])
+                picked[name] = picked[arg[1]] if value is None else _short_of(value)
+            else:
+                dims[name] = args[arg]
+        dims = self.complete(dims)
+        given = frozenset(n for n in self._optional if inputs.get(n) is not None)
         return tuple(
-            like.new_empty(
+            None
+            if s.optional and s.follows not in given
+            else like.new_empty(
                 self.out_shape(s, dims, lead),
                 dtype=getattr(fw, LITERALS[_short(s.dtype, picked)][0]),
             )
-            for s in self.outs
+            for s in self.public_outs()
         )
 
     def check_signature(self, params: list[dict], key: Mapping[str, str], spec: Mapping) -> None:
         """Compare a traced kernel signature (`build_tools.trace.Signature.params` as dicts)
         with the schema: names, order, kinds, ranks, dtypes for this key, and every fixed or
         specialised dim. ValueError naming the op and the first mismatch."""
-        want = [(t.name, "tensor") for t in self.tensors] + [(n, "scalar") for n, _ in self.scalars]
+        tensors = self.present(self._given_by_spec_key(key))
+        want = [(t.name, "tensor") for t in tensors] + [(n, "scalar") for n, _ in self.scalars]
         got = [(p["name"], p["kind"]) for p in params]
         if want != got:
             raise ValueError(f"{self.op}: kernel parameters {got} differ from the schema's {want}")
         values = {**{k: v for k, v in spec.items() if isinstance(v, int)}}
-        for t, p in zip(self.tensors, params, strict=False):
+        for t, p in zip(tensors, params, strict=False):
             where = f"{self.op} ({dict(key)}, {dict(spec) or 'generic'}): tensor {t.name}"
             if len(p["shape"]) != len(t.dims):
                 raise ValueError(f"{where} has rank {len(p['shape'])}, the schema {len(t.dims)}")
-            dtype = _TVM.get(t.dtype) or _TVM[_dtype_short(key, t.dtype)]
+            dtype = _TVM.get(t.dtype) or _TVM[_dtype_short(key, t.dtype, self.fields)]
             if p["dtype"] != dtype:
                 raise ValueError(f"{where} has dtype {p['dtype']}, the schema {dtype}")
             for d, k in zip(t.dims, p["shape"], strict=True):
@@ -382,7 +595,7 @@ class OpSchema:
                         )
                 elif d.text.isdigit():
                     raise ValueError(f"{where}: dim {d.text} is {k!r} in the kernel")
-        for (name, ctype), p in zip(self.scalars, params[len(self.tensors) :], strict=True):
+        for (name, ctype), p in zip(self.scalars, params[len(tensors) :], strict=True):
             if p["dtype"] != ctype:
                 raise ValueError(f"{self.op}: scalar {name} is {p['dtype']}, the schema {ctype}")
 
@@ -401,9 +614,12 @@ def _maybe_value(d: Dim, values: Mapping[str, int]) -> int | None:
         return None
 
 
-def _dtype_short(key: Mapping[str, str], var: str) -> str:
+def _dtype_short(key: Mapping[str, str], var: str, fields: Mapping[str, str] = {}) -> str:  # noqa: B006
     """The short dtype of dtype variable `var` in a spec key ({"dtype": "bfloat16", ...})."""
-    name = key.get("dtype") if var == "T" else key.get(var, key.get(var.lower()))
+    if var in fields:
+        name = key.get(fields[var])
+    else:
+        name = key.get("dtype") if var == "T" else key.get(var, key.get(var.lower()))
     for short, (attr, tvm) in LITERALS.items():
         if name in (short, attr, tvm):
             return short
@@ -423,19 +639,40 @@ def _short_of(dtype: Any) -> str:
 
 
 def _literal_dtype(name: str, t: Any, short: str) -> None:
+    _dtype_key(name, t, (short,))
+
+
+def _dtype_key(name: str, t: Any, supported: tuple[str, ...]) -> str:
+    """`_validate.dtype_key` over every literal dtype (fp8, integers too): the short name of
+    `t`'s dtype, which must be one of `supported`; TypeError naming `name` otherwise."""
     _validate.require_tensor(name, t)
-    if str(t.dtype).removeprefix("torch.") != LITERALS[short][0]:
-        raise TypeError(f"{name} has dtype {t.dtype}; it must be {LITERALS[short][0]}")
+    text = str(t.dtype)
+    attr = text.removeprefix("torch.")
+    short = next((k for k, (a, _) in LITERALS.items() if a == attr), None)
+    if short not in supported:
+        prefix = "torch." if text.startswith("torch.") else ""
+        names = ", ".join(prefix + LITERALS[k][0] for k in supported)
+        raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {names}")
+    return short
 
 
-def _compile_launcher(schema: OpSchema) -> Callable:
+def _compile_launcher(schema: OpSchema, given: frozenset) -> Callable:
     """Straight-line `launch` for `schema` (as dataclasses does: source text, then exec)."""
-    tensors = [t.name for t in schema.tensors]
+    tensors = [t.name for t in schema.tensors if t.role != "scratch"]
+    present = schema.present(given)
     scalars = [n for n, _ in schema.scalars]
-    names = sorted({d.name for t in schema.tensors for d in t.dims if d.name} | _expr_names(schema))
-    ptrs = ", ".join(f"{t}.data_ptr()" for t in tensors)
+    scratch = schema.scratch
+    offsets = schema.workspace_layout()[0]
+    # With scratch: an empty tensor's NULL data pointer (which the runtime refuses) is passed
+    # as the workspace's; a kernel gets no work on an empty tensor and never touches it.
+    ptrs = [
+        f"({t.name}.data_ptr() or w)" if scratch else f"{t.name}.data_ptr()"
+        for t in present
+        if t.role != "scratch"
+    ]
+    ptrs += ["w" if o == "0" else f"w + {o}" for o in offsets]
     flat = []
-    for t in schema.tensors:
+    for t in present:
         for d in t.dims:
             if d.lead or (d.name and d.factor == 1):
                 flat.append(d.name)
@@ -443,17 +680,58 @@ def _compile_launcher(schema: OpSchema) -> Callable:
                 flat.append(f"{d.factor} * {d.name}")
             else:
                 flat.append(f"({d.text})")
-    params = ", ".join(["handle", "device", "stream", *tensors, *scalars])
-    src = (
-        f"def launch({params}, *, {', '.join(names)}):\n"
-        f"    _lib.native().launch(handle, device, stream, ({ptrs},), "
+    params = ", ".join(
+        ["handle", "device", "stream", *tensors, *(["workspace"] if scratch else []), *scalars]
+    )
+    src = f"def launch({params}, *, {', '.join(_size_names(schema))}, **_):\n"
+    if scratch:
+        src += "    w = workspace.data_ptr()\n"
+    src += (
+        f"    _lib.native().launch(handle, device, stream, ({', '.join(ptrs)},), "
         f"({', '.join(flat)},), ({''.join(s + ', ' for s in scalars)}))\n"
     )
-    scope: dict[str, Any] = {"_lib": _lib}
-    exec(compile(src, f"<tileaot launch {schema.op}>", "exec"), scope)  # noqa: S102
-    fn = scope["launch"]
+    return _exec_src(src, {"_lib": _lib}, f"launch {schema.op}", "launch")
+
+
+def _exec_src(src: str, scope: dict, where: str, name: str) -> Callable:
+    exec(compile(src, f"<tileaot {where}>", "exec"), scope)  # noqa: S102
+    fn = scope[name]
     fn.__source__ = src
     return fn
+
+
+def _lambda(expr: str, where: str) -> Callable:
+    """``dims -> int(expr)`` over the size names in `expr`, compiled once."""
+    names = sorted(set(_NAME.findall(expr)))
+    args = "".join(f"{n}=dims[{n!r}], " for n in names)
+    src = (
+        f"def f(dims):\n    return (lambda {', '.join(names)}: {expr})({args})\n"
+        if names
+        else f"def f(dims):\n    return {expr}\n"
+    )
+    return _exec_src(src, {}, where, "f")
+
+
+def _compile_sizes(schema: OpSchema) -> Callable:
+    """``dims -> dims`` with each size rule applied where `dims` lacks the size."""
+    lines = ["def sizes(dims):"]
+    for name, expr in schema.sizes.items():
+        names = sorted(set(_NAME.findall(expr)))
+        env = ", ".join(f"{n}=dims[{n!r}]" for n in names)
+        lines.append(f"    if {name!r} not in dims:")
+        lines.append(f"        dims[{name!r}] = (lambda {', '.join(names)}: {expr})({env})")
+    lines.append("    return dims")
+    return _exec_src("\n".join(lines) + "\n", {}, f"sizes {schema.op}", "sizes")
+
+
+def _size_names(schema: OpSchema) -> list[str]:
+    return sorted({d.name for t in schema.tensors for d in t.dims if d.name} | _expr_names(schema))
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__
 
 
 def _expr_names(schema: OpSchema) -> set[str]:
@@ -557,12 +835,15 @@ def _exec(src: str, schema: OpSchema, name: str) -> Callable:
     return fn
 
 
-def _compile_outputs(schema: OpSchema) -> Callable:
-    """Straight-line `outputs` for `schema`: output shapes and dtypes from the bound sizes, the
-    int32 check, then allocation or the `out=` checks (type, dtype, shape, device, layout via
-    `_validate.check_out`, then overlap)."""
-    outs = schema.outs
-    names = sorted({d.name for t in schema.tensors for d in t.dims if d.name} | _expr_names(schema))
+def _compile_outputs(schema: OpSchema, given: frozenset) -> Callable:
+    """Straight-line `outputs` for `schema` called with the optional inputs `given`: output
+    shapes and dtypes from the bound sizes, the int32 check, then allocation or the `out=`
+    checks (type, dtype, shape, device, layout via `_validate.check_out`, then overlap), in the
+    public output order."""
+    outs = [t for t in schema.present(given) if t.role == "out"]
+    if schema.order:
+        outs.sort(key=lambda t: schema.order.index(t.api))
+    names = _size_names(schema)
     lines = ["def outputs(fw, like, b, out, inputs):", "    dims = b.dims"]
     lines += [f"    {n} = dims.get({n!r})" for n in names]
     shapes, dtypes = [], []
@@ -594,7 +875,7 @@ def _compile_outputs(schema: OpSchema) -> Callable:
         lines.append(
             f"    if not isinstance(out, (tuple, list)) or len(out) != {len(outs)}:\n"
             f"        raise TypeError('out must be a ({what}) tuple of tensors; got ' "
-            "+ type(out).__name__)"
+            "+ _described(out))"
         )
         lines.append(f"    given = tuple(out)\n    names = {names!r}")
     for i in range(len(outs)):
@@ -613,6 +894,7 @@ def _compile_outputs(schema: OpSchema) -> Callable:
         "check_size": _validate.check_size,
         "check_out": _validate.check_out,
         "check_no_overlap": _validate.check_no_overlap,
+        "_described": _described,
         "ATTR": {short: attr for short, (attr, _) in LITERALS.items()},
     }
     src = "\n".join(lines) + "\n"

@@ -95,7 +95,7 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
 
     def fake(*args: Any) -> Any:
         given = dict(zip(names, args, strict=False))
-        outs = schema.fake({n: v for n, v in given.items() if n in tensors}, torch)
+        outs = schema.fake({n: given.get(n) for n in tensors}, torch, given)
         return outs[0] if len(outs) == 1 else outs
 
     return OpSpec(fn, _schema_args(fn), schema.torch_outs(), fake, **extra)
@@ -132,11 +132,6 @@ def _cast_back(q, scale, layout, group_size, out_dtype):
     if q.dtype == torch.uint8:  # packed FP4: two values per byte
         shape = (*shape[:-1], 2 * shape[-1])
     return q.new_empty(shape, dtype=torch.bfloat16 if out_dtype is None else out_dtype)
-
-
-def _topk_gate(scores, k, scoring, renormalize):
-    t = scores.shape[0]
-    return scores.new_empty(t, k, dtype=torch.int32), scores.new_empty(t, k)
 
 
 def _swiglu_per_token_cast_fp8(x, weights, clamp, round_sf):
@@ -200,12 +195,7 @@ SPECS: tuple[OpSpec, ...] = (
         ("out",),
         _cast_back,
     ),
-    OpSpec(
-        topk_gate,
-        "Tensor scores, int k, str scoring='softmax', bool renormalize=True",
-        ("idx", "weights"),
-        _topk_gate,
-    ),
+    _from_schema(topk_gate),
     _from_schema(swiglu),
     OpSpec(
         swiglu_per_token_cast_fp8,
