@@ -23,7 +23,14 @@ _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
 
 # Ops whose wrappers run through their schema (the rest follow; see docs/ADDING_AN_OP.md).
-SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "topk_gate")
+SCHEMA_OPS = (
+    "rms_norm",
+    "gemm",
+    "swiglu",
+    "topk_gate",
+    "sinkhorn_normalize",
+    "sinkhorn_normalize_backward",
+)
 
 
 def _module(op: str):
@@ -72,15 +79,30 @@ EXAMPLES = {
     "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
     "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
     "topk_gate": ("scores[4096, 256], K=8", (4096, 256, 4096, 8, 4096, 8)),
+    "sinkhorn_normalize": ("logits[32768, 4, 4]", (32768, 4, 4) * 2),
+    "sinkhorn_normalize_backward": ("grad_out[32768, 4, 4] logits[32768, 4, 4]", (32768, 4, 4) * 3),
 }
-WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "topk_gate": 0b110}
+WRITES = {
+    "rms_norm": 0b100,
+    "gemm": 0b100,
+    "swiglu": 0b10,
+    "topk_gate": 0b110,
+    "sinkhorn_normalize": 0b10,
+    "sinkhorn_normalize_backward": 0b100,
+}
 # A key of each op for its example (the first of its first dtype variable if it has one).
-KEYS = {"topk_gate": "fp32,softmax"}
+KEYS = {
+    "topk_gate": "fp32,softmax",
+    "sinkhorn_normalize": "fp32",
+    "sinkhorn_normalize_backward": "fp32",
+}
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
     "swiglu": "Tensor x",
     "topk_gate": "Tensor scores, int k, str scoring='softmax', bool renormalize=True",
+    "sinkhorn_normalize": "Tensor logits, int repeat=10, float eps=1e-06",
+    "sinkhorn_normalize_backward": "Tensor grad_out, Tensor logits, int repeat=10, float eps=1e-06",
 }
 
 
@@ -109,6 +131,12 @@ F32, I32, BF16 = torch.float32, torch.int32, torch.bfloat16
             lambda: (t(5, 64, dtype=F32), 3, "sigmoid", True),
             [((5, 3), I32), ((5, 3), F32)],
         ),
+        ("sinkhorn_normalize", lambda: (t(2, 3, 4, 4, dtype=F32), 3, 0.0), [((2, 3, 4, 4), F32)]),
+        (
+            "sinkhorn_normalize_backward",
+            lambda: (t(5, 8, 8, dtype=F32), t(5, 8, 8, dtype=F32), 3, 0.0),
+            [((5, 8, 8), F32)],
+        ),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
@@ -118,6 +146,16 @@ def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
     got = spec.fake(*args())
     got = got if isinstance(got, tuple) else (got,)
     assert [g if g is None else (tuple(g.shape), g.dtype) for g in got] == want
+
+
+@pytest.mark.parametrize("op", [op for op in SCHEMA_OPS if _module(op).SCHEMA.backward])
+def test_a_backward_pairing_names_an_op_taking_the_gradient_and_the_inputs(op):
+    """The pairing both the eager autograd.Function and torch_ops/_autograd.py read."""
+    schema = _module(op).SCHEMA
+    backward = _module(schema.backward).SCHEMA
+    names = [t.api for t in backward.inputs]
+    assert names[0] == "grad_out" and names[1:] == [t.api for t in schema.inputs]
+    assert [n for n, _ in backward.scalars] == [n for n, _ in schema.scalars]
 
 
 def test_bind_names_the_argument_and_the_tied_size():

@@ -451,7 +451,7 @@ class OpSchema:
                 dims[d.name], binder[d.name] = size, (spec.api, shape)
             elif dims[d.name] != size:
                 by, by_shape = binder.get(d.name, (None, None))
-                match = f" to match {by} {by_shape}" if by else ""
+                match = f" to match {by} {by_shape}" if by and by != spec.api else ""
                 raise ValueError(
                     f"{spec.api} must have shape {self._expected(spec, before)}{match}; got {shape}"
                 )

@@ -101,10 +101,6 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
     return OpSpec(fn, _schema_args(fn), schema.torch_outs(), fake, **extra)
 
 
-def _like(x: torch.Tensor, *_: Any) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
 def _quantised(x: torch.Tensor, q_shape, scale_shape, scale_dtype=torch.float32):
     return x.new_empty(q_shape, dtype=FP8), x.new_empty(scale_shape, dtype=scale_dtype)
 
@@ -141,10 +137,6 @@ def _swiglu_per_token_cast_fp8(x, weights, clamp, round_sf):
 
 def _transpose(x):
     return x.new_empty((*x.shape[:-2], x.shape[-1], x.shape[-2]))
-
-
-def _sinkhorn_normalize_backward(grad_out, logits, repeat, eps):
-    return torch.empty_like(logits)
 
 
 def _moe_expand(x, idx, num_experts, alignment, x_scale):
@@ -204,14 +196,8 @@ SPECS: tuple[OpSpec, ...] = (
         _swiglu_per_token_cast_fp8,
     ),
     OpSpec(transpose, "Tensor x", ("out",), _transpose),
-    OpSpec(sinkhorn_normalize, "Tensor logits, int repeat=10, float eps=1e-06", ("out",), _like),
-    OpSpec(
-        sinkhorn_normalize_backward,
-        "Tensor grad_out, Tensor logits, int repeat=10, float eps=1e-06",
-        ("out",),
-        _sinkhorn_normalize_backward,
-        dense=_GRAD,
-    ),
+    _from_schema(sinkhorn_normalize),
+    _from_schema(sinkhorn_normalize_backward, dense=_GRAD),
     OpSpec(
         moe_expand,
         "Tensor x, Tensor idx, int num_experts, int alignment=16, Tensor? x_scale=None",
