@@ -183,7 +183,7 @@ BAD_CALLS = [
         "red-y-fp16",
         lambda: reduce_(t(8, 64, dtype=torch.float16), idx(4, 2)),
         TypeError,
-        r"y_sorted has dtype torch\.float16; supported: torch\.bfloat16, torch\.float32",
+        r"y_sorted has dtype torch\.float16; supported dtypes: torch\.bfloat16, torch\.float32",
     ),
     (
         "red-y-fp8",
@@ -195,13 +195,13 @@ BAD_CALLS = [
         "red-pos-int64",
         lambda: reduce_(t(8, 64), idx(4, 2).long()),
         TypeError,
-        r"token_pos has dtype torch\.int64; supported: torch\.int32",
+        r"token_pos has dtype torch\.int64; supported dtypes: torch\.int32",
     ),
     (
         "red-w-bf16",
         lambda: reduce_(t(8, 64), idx(4, 2), t(4, 2)),
         TypeError,
-        r"weights has dtype torch\.bfloat16; supported: torch\.float32",
+        r"weights has dtype torch\.bfloat16; supported dtypes: torch\.float32",
     ),
     (
         "red-out-dtype-arg",
@@ -216,13 +216,18 @@ BAD_CALLS = [
         r"out has dtype torch\.float32; this call writes torch\.bfloat16",
     ),
     ("red-out-list", lambda: reduce_(t(8, 64), idx(4, 2), out=[0]), TypeError, r"out must be a"),
-    ("red-y-1d", lambda: reduce_(t(64), idx(4, 2)), ValueError, r"y_sorted must be \[P, H\]"),
+    (
+        "red-y-1d",
+        lambda: reduce_(t(64), idx(4, 2)),
+        ValueError,
+        r"y_sorted must have shape \[P, H\]; got shape \(64,\)",
+    ),
     ("red-pos-3d", lambda: reduce_(t(8, 64), idx(8, 4).view(2, 4, 4)), ValueError, r"\[T, K\]"),
     (
         "red-w-shape",
         lambda: reduce_(t(8, 64), idx(4, 2), t(2, 4, dtype=F32)),
         ValueError,
-        r"weights must have the shape of token_pos \(4, 2\); got \(2, 4\)",
+        r"weights must have shape \[4, 2\] to match token_pos \(4, 2\); got \(2, 4\)",
     ),
     (
         "red-out-shape",
@@ -253,7 +258,7 @@ BAD_CALLS = [
         "red-out-int32",
         lambda: reduce_(meta(8, 2048), meta(2**20, 1, dtype=I32)),
         ValueError,
-        r"out has shape \(1048576, 2048\) \(2147483648 elements\)",
+        r"out \(the output\) has shape \(1048576, 2048\) \(2147483648 elements\)",
     ),
 ]
 

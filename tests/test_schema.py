@@ -30,6 +30,7 @@ SCHEMA_OPS = (
     "topk_gate",
     "sinkhorn_normalize",
     "sinkhorn_normalize_backward",
+    "moe_reduce",
 )
 
 
@@ -81,6 +82,7 @@ EXAMPLES = {
     "topk_gate": ("scores[4096, 256], K=8", (4096, 256, 4096, 8, 4096, 8)),
     "sinkhorn_normalize": ("logits[32768, 4, 4]", (32768, 4, 4) * 2),
     "sinkhorn_normalize_backward": ("grad_out[32768, 4, 4] logits[32768, 4, 4]", (32768, 4, 4) * 3),
+    "moe_reduce": ("y_sorted[36608, 7168] token_pos[4096, 8]", (36608, 7168, 4096, 8, 4096, 7168)),
 }
 WRITES = {
     "rms_norm": 0b100,
@@ -89,12 +91,14 @@ WRITES = {
     "topk_gate": 0b110,
     "sinkhorn_normalize": 0b10,
     "sinkhorn_normalize_backward": 0b100,
+    "moe_reduce": 0b1000,  # with every optional tensor (weights); writes_of() without
 }
 # A key of each op for its example (the first of its first dtype variable if it has one).
 KEYS = {
     "topk_gate": "fp32,softmax",
     "sinkhorn_normalize": "fp32",
     "sinkhorn_normalize_backward": "fp32",
+    "moe_reduce": "bf16,bf16,sum",
 }
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
@@ -103,6 +107,9 @@ TORCH_ARGS = {
     "topk_gate": "Tensor scores, int k, str scoring='softmax', bool renormalize=True",
     "sinkhorn_normalize": "Tensor logits, int repeat=10, float eps=1e-06",
     "sinkhorn_normalize_backward": "Tensor grad_out, Tensor logits, int repeat=10, float eps=1e-06",
+    "moe_reduce": (
+        "Tensor y_sorted, Tensor token_pos, Tensor? weights=None, ScalarType? out_dtype=None"
+    ),
 }
 
 
@@ -137,6 +144,12 @@ F32, I32, BF16 = torch.float32, torch.int32, torch.bfloat16
             lambda: (t(5, 8, 8, dtype=F32), t(5, 8, 8, dtype=F32), 3, 0.0),
             [((5, 8, 8), F32)],
         ),
+        ("moe_reduce", lambda: (t(20, 64), t(6, 2, dtype=I32), None, None), [((6, 64), BF16)]),
+        (
+            "moe_reduce",
+            lambda: (t(20, 64), t(6, 2, dtype=I32), t(6, 2, dtype=F32), F32),
+            [((6, 64), F32)],
+        ),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
@@ -158,6 +171,23 @@ def test_a_backward_pairing_names_an_op_taking_the_gradient_and_the_inputs(op):
     assert [n for n, _ in backward.scalars] == [n for n, _ in schema.scalars]
 
 
+def test_an_optional_input_a_key_selects():
+    """moe_reduce's weights: the "weighted" kernels take them, the "sum" ones do not."""
+    schema = _module("moe_reduce").SCHEMA
+    assert schema.given_by_key("bf16,fp32,weighted") == {"weights"}
+    assert schema.given_by_key("bf16,fp32,sum") == set()
+    assert schema.flat({"P": 9, "H": 64, "T": 3, "K": 2}, "fp32,fp32,weighted") == (
+        (9, 64, 3, 2, 3, 2, 3, 64)
+    )
+    assert schema.writes_of() == 0b100 and schema.writes_of(frozenset({"weights"})) == 0b1000
+    params = _params(schema)
+    key = {"dtype": "bfloat16", "out_dtype": "bfloat16", "mode": "sum"}
+    with pytest.raises(ValueError, match="kernel parameters"):  # weights with the "sum" key
+        schema.check_signature(params, key, {})
+    schema.check_signature([p for p in params if p["name"] != "weights"], key, {})
+    schema.check_signature(params, {**key, "mode": "weighted"}, {})
+
+
 def test_bind_names_the_argument_and_the_tied_size():
     schema = _module("rms_norm").SCHEMA
     with pytest.raises(ValueError, match=r"weight must have shape \(64,\) to match x \(3, 64\)"):
@@ -175,7 +205,8 @@ def _params(schema, dtype="bfloat16", **fixed):
     out = []
     for ts in schema.tensors:
         shape = [fixed.get(d.name, f"d_{d.name}") if d.name else d.text for d in ts.dims]
-        out.append({"name": ts.name, "kind": "tensor", "dtype": dtype, "shape": shape})
+        tvm = _schema.LITERALS[ts.dtype][1] if ts.dtype in _schema.LITERALS else dtype
+        out.append({"name": ts.name, "kind": "tensor", "dtype": tvm, "shape": shape})
     return out + [{"name": n, "kind": "scalar", "dtype": c, "shape": []} for n, c in schema.scalars]
 
 

@@ -547,9 +547,7 @@ def moe_expand(key: str, t: int, h: int, k: int, e: int, use: str = "") -> Call:
 
 def moe_reduce(dt: str, t: int, h: int, k: int, e: int, use: str = "") -> Call:
     rows = _expanded_rows(t, k, e)
-    shapes = (rows, h, t, k, t, k, t, h)
-    text = f"y_sorted[{rows}, {h}] weights[{t}, {k}]"
-    return Call("moe_reduce", f"{dt},{dt},weighted", shapes, text, (use,))
+    return _from_schema("moe_reduce", f"{dt},{dt},weighted", use, P=rows, H=h, T=t, K=k)
 
 
 def _expanded_rows(t: int, k: int, e: int) -> int:

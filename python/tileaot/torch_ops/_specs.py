@@ -147,11 +147,6 @@ def _moe_expand(x, idx, num_experts, alignment, x_scale):
     return x.new_empty(rows, h), offsets, x.new_empty(t, k, dtype=torch.int32), scale
 
 
-def _moe_reduce(y_sorted, token_pos, weights, out_dtype):
-    t, h = token_pos.shape[0], y_sorted.shape[1]
-    return y_sorted.new_empty(t, h, dtype=y_sorted.dtype if out_dtype is None else out_dtype)
-
-
 def _engram_gate(h, k, v, w_h, w_k, eps):
     return torch.empty_like(h), h.new_empty(h.shape[:-1], dtype=torch.float32)
 
@@ -204,12 +199,7 @@ SPECS: tuple[OpSpec, ...] = (
         ("x_sorted", "expert_offsets", "token_pos", "x_sorted_scale?"),
         _moe_expand,
     ),
-    OpSpec(
-        moe_reduce,
-        "Tensor y_sorted, Tensor token_pos, Tensor? weights=None, ScalarType? out_dtype=None",
-        ("out",),
-        _moe_reduce,
-    ),
+    _from_schema(moe_reduce),
     OpSpec(
         engram_gate,
         "Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06",
