@@ -31,6 +31,7 @@ SCHEMA_OPS = (
     "sinkhorn_normalize",
     "sinkhorn_normalize_backward",
     "moe_reduce",
+    "moe_expand",
 )
 
 
@@ -79,10 +80,14 @@ EXAMPLES = {
     "rms_norm": ("x[4096, 4096]", (4096,) * 5),
     "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
     "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
-    "topk_gate": ("scores[4096, 256], K=8", (4096, 256, 4096, 8, 4096, 8)),
+    "topk_gate": ("scores[4096, 256], k=8", (4096, 256, 4096, 8, 4096, 8)),
     "sinkhorn_normalize": ("logits[32768, 4, 4]", (32768, 4, 4) * 2),
     "sinkhorn_normalize_backward": ("grad_out[32768, 4, 4] logits[32768, 4, 4]", (32768, 4, 4) * 3),
     "moe_reduce": ("y_sorted[36608, 7168] token_pos[4096, 8]", (36608, 7168, 4096, 8, 4096, 7168)),
+    "moe_expand": (
+        "x[4096, 7168] idx[4096, 8], num_experts=256, alignment=16",
+        (4096, 7168, 4096, 8, 36608, 7168, 257, 4096, 8, 32, 256, 256, 32768),
+    ),
 }
 WRITES = {
     "rms_norm": 0b100,
@@ -92,6 +97,7 @@ WRITES = {
     "sinkhorn_normalize": 0b10,
     "sinkhorn_normalize_backward": 0b100,
     "moe_reduce": 0b1000,  # with every optional tensor (weights); writes_of() without
+    "moe_expand": 0b1111111000,  # outputs and scratch (moe_expand has no short path)
 }
 # A key of each op for its example (the first of its first dtype variable if it has one).
 KEYS = {
@@ -99,6 +105,7 @@ KEYS = {
     "sinkhorn_normalize": "fp32",
     "sinkhorn_normalize_backward": "fp32",
     "moe_reduce": "bf16,bf16,sum",
+    "moe_expand": "bf16",
 }
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
@@ -110,6 +117,7 @@ TORCH_ARGS = {
     "moe_reduce": (
         "Tensor y_sorted, Tensor token_pos, Tensor? weights=None, ScalarType? out_dtype=None"
     ),
+    "moe_expand": "Tensor x, Tensor idx, int num_experts, int alignment=16, Tensor? x_scale=None",
 }
 
 
@@ -124,7 +132,7 @@ def test_derived_facts(op):
     assert spec.args == TORCH_ARGS[op] and spec.outs == schema.torch_outs()
 
 
-F32, I32, BF16 = torch.float32, torch.int32, torch.bfloat16
+F32, I32, BF16, E4M3 = torch.float32, torch.int32, torch.bfloat16, torch.float8_e4m3fn
 
 
 @pytest.mark.parametrize(
@@ -149,6 +157,16 @@ F32, I32, BF16 = torch.float32, torch.int32, torch.bfloat16
             "moe_reduce",
             lambda: (t(20, 64), t(6, 2, dtype=I32), t(6, 2, dtype=F32), F32),
             [((6, 64), F32)],
+        ),
+        (
+            "moe_expand",
+            lambda: (t(5, 64), t(5, 2, dtype=I32), 7, 16, None),
+            [((115, 64), BF16), ((8,), I32), ((5, 2), I32), None],
+        ),
+        (
+            "moe_expand",
+            lambda: (t(5, 256).to(E4M3), t(5, 2, dtype=I32), 7, 4, t(5, 2, dtype=F32)),
+            [((31, 256), E4M3), ((8,), I32), ((5, 2), I32), ((31, 2), F32)],
         ),
     ],
 )
@@ -186,6 +204,28 @@ def test_an_optional_input_a_key_selects():
         schema.check_signature(params, key, {})
     schema.check_signature([p for p in params if p["name"] != "weights"], key, {})
     schema.check_signature(params, {**key, "mode": "weighted"}, {})
+
+
+def test_size_rules_scratch_and_the_public_output_order():
+    """moe_expand: P and NC from the rules, the scratch packed at 16-byte boundaries (as the
+    hand-written wrapper packed it), outputs in the public order, x_scale with e4m3 only."""
+    schema = _module("moe_expand").SCHEMA
+    dims = schema.complete({"T": 5, "K": 3, "E": 7, "A": 16, "H": 256})
+    assert (dims["P"], dims["NC"]) == (5 * 3 + 7 * 15, 1)
+    offsets, _ = schema.workspace_layout()
+    at = [_schema._lambda(o, "test")(dims) for o in offsets]
+    assert at == [0, 32, 64] and schema.workspace_size(dims) == 64 + 15 * 4
+    assert [t.api for t in schema.public_outs()] == [
+        "x_sorted",
+        "expert_offsets",
+        "token_pos",
+        "x_sorted_scale",
+    ]
+    assert schema.given_by_key("e4m3") == {"x_scale"} and schema.given_by_key("bf16") == set()
+    with pytest.raises(ValueError, match=r"x has dtype torch\.float8_e4m3fn: pass x_scale"):
+        schema.bind({"x": t(5, 256).to(E4M3), "x_scale": None, "idx": t(5, 3, dtype=I32)})
+    with pytest.raises(ValueError, match=r"x_scale is only for x of dtype float8_e4m3fn"):
+        schema.bind({"x": t(5, 256), "x_scale": t(5, 2, dtype=F32), "idx": t(5, 3, dtype=I32)})
 
 
 def test_bind_names_the_argument_and_the_tied_size():

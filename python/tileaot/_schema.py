@@ -283,7 +283,7 @@ class OpSchema:
 
     def describe(self, dims: Mapping[str, int], key: str | None = None) -> str:
         """A call's input matrices as text: ``x[4096, 7168]`` (what `info` and `check` print),
-        then the sizes no input shows (``, E=256``)."""
+        then the sizes no input shows, by their public names (``, num_experts=256``)."""
         dims = self.complete(dims)
         given = frozenset(self._optional) if key is None else self.given_by_key(key)
         shown = [t for t in self.present(given) if t.role == "in"]
@@ -294,7 +294,8 @@ class OpSchema:
         )
         bound = {n for t in shown for d in t.dims for n in _NAME.findall(d.text)}
         extra = [n for n in self.given_names() if n not in bound and n in dims]
-        return text + "".join(f", {n}={dims[n]}" for n in extra)
+        # named as the caller passes them: "num_experts=256" rather than "E=256"
+        return text + "".join(f", {self.public.get(n, n)}={dims[n]}" for n in extra)
 
     def given_names(self) -> tuple[str, ...]:
         """The sizes no input binds and no rule gives: the wrapper passes them to `bind`."""

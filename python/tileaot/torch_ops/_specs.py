@@ -23,7 +23,6 @@ from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
 from ..gemm import gemm
-from ..moe_expand import GROUP as MOE_GROUP
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..per_block_cast_fp8 import BLOCK, per_block_cast_fp8
@@ -139,14 +138,6 @@ def _transpose(x):
     return x.new_empty((*x.shape[:-2], x.shape[-1], x.shape[-2]))
 
 
-def _moe_expand(x, idx, num_experts, alignment, x_scale):
-    (t, h), k = x.shape, idx.shape[1]
-    rows = t * k + num_experts * (alignment - 1)  # every routing fits: no data-dependent size
-    scale = None if x_scale is None else x.new_empty(rows, h // MOE_GROUP, dtype=torch.float32)
-    offsets = x.new_empty(num_experts + 1, dtype=torch.int32)
-    return x.new_empty(rows, h), offsets, x.new_empty(t, k, dtype=torch.int32), scale
-
-
 def _engram_gate(h, k, v, w_h, w_k, eps):
     return torch.empty_like(h), h.new_empty(h.shape[:-1], dtype=torch.float32)
 
@@ -193,12 +184,7 @@ SPECS: tuple[OpSpec, ...] = (
     OpSpec(transpose, "Tensor x", ("out",), _transpose),
     _from_schema(sinkhorn_normalize),
     _from_schema(sinkhorn_normalize_backward, dense=_GRAD),
-    OpSpec(
-        moe_expand,
-        "Tensor x, Tensor idx, int num_experts, int alignment=16, Tensor? x_scale=None",
-        ("x_sorted", "expert_offsets", "token_pos", "x_sorted_scale?"),
-        _moe_expand,
-    ),
+    _from_schema(moe_expand),
     _from_schema(moe_reduce),
     OpSpec(
         engram_gate,
