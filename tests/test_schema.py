@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from _fakes import STREAM, fake, t, tileaot  # noqa: F401 - fixtures
+from _fakes import STREAM, cpu_as_cuda, fake, t, tileaot  # noqa: F401 - fixtures
 from _lowering import needs_tilelang
+
+__all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
 torch = pytest.importorskip("torch")
 _schema = importlib.import_module("tileaot._schema")
@@ -294,3 +296,126 @@ def test_the_schema_module_stays_torch_free():
     code = "import sys, tileaot._schema, tileaot.rms_norm; assert 'torch' not in sys.modules"
     src = str(Path(inspect.getfile(_schema)).parents[1])
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": src})
+
+
+_WORKSPACE_MAIN = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "tileaot/ops.hpp"
+
+// The C ABI functions workspace.cpp calls, stubbed: every (op, key) is built, with the
+// tensor count of moe_expand's bf16 kernels.
+namespace tileaot::detail {
+int set_error(int status, std::string message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return status;
+}
+}  // namespace tileaot::detail
+extern "C" {
+int32_t tileaot_lookup(const char*, const char*) { return 0; }
+int tileaot_last_status(void) { return 0; }
+int32_t tileaot_tensor_param(int32_t, int32_t, const char**, uint32_t*) { return 8; }
+int32_t tileaot_tensor_ndim(int32_t, int32_t) { return 2; }
+}
+
+// argv: T H K E fp8 -> "<C ABI bytes> <ops.hpp bytes>"
+int main(int argc, char** argv) {
+  if (argc != 6) return 2;
+  const int64_t t = std::atoll(argv[1]), h = std::atoll(argv[2]), k = std::atoll(argv[3]),
+                e = std::atoll(argv[4]), g = h / 128, p = 1;  // P does not enter the scratch
+  const bool fp8 = std::atoi(argv[5]) != 0;
+  using tileaot::DType;
+  using tileaot::TensorView;
+  static char mem[16];
+  const TensorView x(mem, {t, h}, DType::kBFloat16), xs(mem, {t, g}, DType::kFloat32),
+      idx(mem, {t, k}, DType::kInt32), xo(mem, {p, h}, DType::kBFloat16),
+      xos(mem, {p, g}, DType::kFloat32), off(mem, {e + 1}, DType::kInt32),
+      pos(mem, {t, k}, DType::kInt32);
+  int64_t bytes = -1;
+  size_t typed;
+  if (fp8) {
+    const int64_t shapes[] = {t, h, t, g, t, k, p, h, p, g, e + 1, t, k};
+    if (tileaot_workspace_size("moe_expand", "e4m3", shapes, 13, &bytes) != 0) return 1;
+    typed = tileaot::moe_expand_workspace_size(x, xs, idx, xo, xos, off, pos);
+  } else {
+    const int64_t shapes[] = {t, h, t, k, p, h, e + 1, t, k};
+    if (tileaot_workspace_size("moe_expand", "bf16", shapes, 9, &bytes) != 0) return 1;
+    typed = tileaot::moe_expand_workspace_size(x, idx, xo, off, pos);
+  }
+  std::printf("%lld %zu\n", static_cast<long long>(bytes), typed);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def workspace_program(tmp_path_factory):
+    """The generated ops.hpp and workspace.cpp of these schemas, built with the host compiler
+    (C ABI stubs beside them): the C++ side of the workspace sizes."""
+    import shutil
+
+    from build_tools.emit_ops_hpp import emit_ops_hpp, emit_workspace_cpp
+
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    root = Path(__file__).resolve().parents[1]
+    d = tmp_path_factory.mktemp("ops_hpp")
+    (d / "tileaot").mkdir()
+    schemas = [_module(op).SCHEMA for op in SCHEMA_OPS]
+    (d / "tileaot" / "ops.hpp").write_text(emit_ops_hpp(schemas))
+    (d / "workspace.cpp").write_text(emit_workspace_cpp(schemas))
+    (d / "main.cpp").write_text(_WORKSPACE_MAIN)
+    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{root}/cpp/include"]
+    flags += [f"-I{d}", f"-I{root}/cpp/runtime"]
+    exe = d / "workspace_sizes"
+    cmd = [cxx, *flags, str(d / "main.cpp"), str(d / "workspace.cpp"), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return exe
+
+
+@pytest.mark.parametrize(
+    ("tokens", "h", "k", "e", "align", "fp8"),
+    [(5, 64, 3, 7, 16, False), (2000, 256, 8, 256, 128, True), (1, 128, 1, 1, 1, True)]
+    + [(1030, 0, 1, 3, 2, False)],
+)
+def test_workspace_sizes_in_cpp_match_the_wrappers_allocation(
+    workspace_program,
+    fake,
+    cpu_as_cuda,
+    monkeypatch,
+    tokens,
+    h,
+    k,
+    e,
+    align,
+    fp8,
+):
+    """tileaot_workspace_size (C ABI) and tileaot::moe_expand_workspace_size (ops.hpp), both
+    generated, against the workspace moe_expand allocates and the scratch pointers it passes."""
+    schema = _module("moe_expand").SCHEMA
+    made = []
+    real = schema.workspace
+    monkeypatch.setattr(schema, "workspace", lambda *a: made.append(real(*a)) or made[-1])
+    x = t(tokens, h).to(torch.float8_e4m3fn) if fp8 else t(tokens, h)
+    scale = t(tokens, h // 128, dtype=torch.float32) if fp8 else None
+    idx = torch.randint(-1, e, (tokens, k), dtype=torch.int32)
+    tileaot.moe_expand(x, idx, e, align, scale)
+    (ws,) = made
+    run = subprocess.run(
+        [str(workspace_program), str(tokens), str(h), str(k), str(e), str(int(fp8))],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    c_abi, typed = map(int, run.stdout.split())
+    assert c_abi == typed == ws.numel() == ws.nbytes
+    # The scratch pointers: 16-byte aligned offsets into the workspace, ending inside it.
+    ptrs = fake.launches[0].ptrs[-3:]
+    base = ws.data_ptr()
+    dims = schema.complete({"T": tokens, "K": k, "E": e, "A": align, "H": h})
+    want = [_schema._lambda(o, "test")(dims) for o in schema.workspace_layout()[0]]
+    assert [p - base for p in ptrs] == want and all(w % 16 == 0 for w in want)
+    assert want[-1] + tokens * k * 4 == ws.nbytes
