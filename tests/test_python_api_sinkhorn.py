@@ -34,7 +34,12 @@ BAD_CALLS = [
         TypeError,
         r"logits has dtype torch\.bfloat16; supported dtypes: torch\.float32$",
     ),
-    ("x-1d", lambda: sk(L(4)), ValueError, r"logits must have shape \(\.\.\., N, N\); got shape \(4,\)"),
+    (
+        "x-1d",
+        lambda: sk(L(4)),
+        ValueError,
+        r"logits must have shape \(\.\.\., N, N\); got shape \(4,\)",
+    ),
     ("x-not-square", lambda: sk(L(2, 4, 8)), ValueError, r"got \(2, 4, 8\)"),
     ("x-n17", lambda: sk(L(2, 17, 17)), ValueError, r"N = 17; sinkhorn_normalize supports N <= 16"),
     ("rep-float", lambda: sk(L(2, 4, 4), 10.0), TypeError, r"repeat must be an int, got float"),

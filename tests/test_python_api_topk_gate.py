@@ -43,7 +43,12 @@ BAD_CALLS = [
         TypeError,
         r"scores has dtype torch\.bfloat16; supported dtypes: torch\.float32$",
     ),
-    ("scores-1d", lambda: topk_gate(s(64), 2), ValueError, r"scores must have shape \[T, E\]; got shape \(64,\)"),
+    (
+        "scores-1d",
+        lambda: topk_gate(s(64), 2),
+        ValueError,
+        r"scores must have shape \[T, E\]; got shape \(64,\)",
+    ),
     ("scores-3d", lambda: topk_gate(s(2, 4, 64), 2), ValueError, r"got shape \(2, 4, 64\)"),
     ("k-float", lambda: topk_gate(s(4, 64), 2.0), TypeError, r"k must be an int, got float"),
     ("k-bool", lambda: topk_gate(s(4, 64), True), TypeError, r"k must be an int, got bool"),

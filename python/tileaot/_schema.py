@@ -48,6 +48,7 @@ imports this module to check traces, and `import tileaot` must not import torch.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import string
@@ -200,9 +201,17 @@ class OpSchema:
                 raise ValueError(f"schema {self.op}: {t.name} has unknown dtype {t.dtype!r}")
         # Optional inputs (API names) and the positions of all optional tensors (kernel order,
         # scratch excluded): which are given picks the outputs, the launch and the short path.
+        self._inputs = tuple(t for t in self.tensors if t.role == "in")
+        self._optional_at = tuple(i for i, t in enumerate(self._inputs) if t.optional)
+        self._given_at = {  # (is each optional input given?) -> their names: no sets per call
+            flags: frozenset(t.api for t, f in zip(opt, flags, strict=True) if f)
+            for opt in [[self._inputs[i] for i in self._optional_at]]
+            for flags in itertools.product((False, True), repeat=len(opt))
+        }
         self._optional = tuple(t.api for t in self.tensors if t.role == "in" and t.optional)
         self._launch: dict[frozenset, Callable] = {}
         self._bind: Callable | None = None
+        self._binds: dict[frozenset, Callable] = {}
         self._outputs: Callable | None = None
         self._outputs_by: dict[frozenset, Callable] = {}
         self._sizes: Callable | None = None
@@ -214,7 +223,7 @@ class OpSchema:
     # ------------------------------------------------------------ derived facts
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
-        return tuple(t for t in self.tensors if t.role == "in")
+        return self._inputs
 
     @property
     def outs(self) -> tuple[TensorSpec, ...]:
@@ -265,15 +274,16 @@ class OpSchema:
         return dict(zip(names, m.groups(), strict=True)) if m else {}
 
     def complete(self, dims: Mapping[str, int]) -> dict[str, int]:
-        """`dims` with the size rules (`sizes`) applied for the dims it lacks."""
+        """`dims` with the size rules (`sizes`) applied for the dims it lacks (a dict is
+        completed in place)."""
         if self._sizes is None:
             self._sizes = _compile_sizes(self)
-        return self._sizes(dict(dims))
+        return self._sizes(dims if type(dims) is dict else dict(dims))
 
     def flat(self, dims: Mapping[str, int], key: str | None = None) -> tuple[int, ...]:
         """The flat shapes the kernel takes: every dim of every tensor, in kernel order (of the
         kernels of `key`; every optional tensor if None)."""
-        dims = self.complete(dims)
+        dims = self.complete(dict(dims))
         given = frozenset(self._optional) if key is None else self.given_by_key(key)
         return tuple(
             d.value(dims) if not d.lead else dims[d.name]
@@ -284,7 +294,7 @@ class OpSchema:
     def describe(self, dims: Mapping[str, int], key: str | None = None) -> str:
         """A call's input matrices as text: ``x[4096, 7168]`` (what `info` and `check` print),
         then the sizes no input shows, by their public names (``, num_experts=256``)."""
-        dims = self.complete(dims)
+        dims = self.complete(dict(dims))
         given = frozenset(self._optional) if key is None else self.given_by_key(key)
         shown = [t for t in self.present(given) if t.role == "in"]
         text = " ".join(
@@ -352,13 +362,20 @@ class OpSchema:
         Straight-line code generated for this schema (`_compile_bind`) checks a valid call with
         one condition per rule; any failure reruns `bind_checked`, the rule-by-rule version
         that works out which rule broke and says so."""
-        if self._bind is None:
-            self._bind = _compile_bind(self)
-        if not given and not self.sizes:
-            return self._bind(args)
-        b = self._bind(args)
-        b.dims.update(given)
-        return b._replace(dims=self.complete(b.dims))
+        if self._optional:  # the code for the optional inputs given
+            opt = self._given_at[tuple(args[n] is not None for n in self._optional)]
+            fn = self._binds.get(opt)
+            if fn is None:
+                fn = self._binds[opt] = _compile_bind(self, opt)
+        else:
+            fn = self._bind
+            if fn is None:
+                fn = self._bind = _compile_bind(self)
+        b = fn(args)
+        if given or self.sizes:  # b.dims is this call's own dict
+            b.dims.update(given)
+            self.complete(b.dims)
+        return b
 
     def bind_checked(self, args: Mapping[str, Any]) -> Bound:
         """`bind`, one rule at a time (the slow path: it raises the precise error)."""
@@ -483,7 +500,7 @@ class OpSchema:
 
     def _outputs_given(self, fw: Any, like: Any, b: Bound, out: Any, inputs: Mapping) -> tuple:
         """`outputs` of a schema with optional inputs: the code for those given."""
-        given = frozenset(n for n in self._optional if inputs.get(n) is not None)
+        given = self._given_at[tuple(inputs[n] is not None for n in self._optional)]
         fn = self._outputs_by.get(given)
         if fn is None:
             fn = self._outputs_by[given] = _compile_outputs(self, given)
@@ -505,12 +522,8 @@ class OpSchema:
         """Look up (op, key) and launch on the current stream; returns the handle."""
         handle = _lib.handle(self.op, key)
         given = _NO_OPTIONAL
-        if self._optional:
-            given = frozenset(
-                t.api
-                for t, x in zip(self.inputs, tensors, strict=False)
-                if t.optional and x is not None
-            )
+        if self._optional:  # which optional inputs the call passes (kernel positions)
+            given = self._given_at[tuple(tensors[i] is not None for i in self._optional_at)]
         self.launcher(given)(
             handle, device, _lib.current_stream(device), *tensors, *scalars, **dims
         )
@@ -643,15 +656,25 @@ def _literal_dtype(name: str, t: Any, short: str) -> None:
     _dtype_key(name, t, (short,))
 
 
+_SHORTS: dict[Any, str] = {}  # dtype object (torch's or an Array's) -> short name
+
+
+def _short_cached(dtype: Any) -> str | None:
+    """The short name of a dtype (None if no literal has it), cached by the dtype object."""
+    attr = str(dtype).removeprefix("torch.")
+    short = next((k for k, (a, _) in LITERALS.items() if a == attr), None)
+    if short is not None:
+        _SHORTS[dtype] = short
+    return short
+
+
 def _dtype_key(name: str, t: Any, supported: tuple[str, ...]) -> str:
     """`_validate.dtype_key` over every literal dtype (fp8, integers too): the short name of
     `t`'s dtype, which must be one of `supported`; TypeError naming `name` otherwise."""
     _validate.require_tensor(name, t)
-    text = str(t.dtype)
-    attr = text.removeprefix("torch.")
-    short = next((k for k, (a, _) in LITERALS.items() if a == attr), None)
+    short = _SHORTS.get(t.dtype) or _short_cached(t.dtype)
     if short not in supported:
-        prefix = "torch." if text.startswith("torch.") else ""
+        prefix = "torch." if str(t.dtype).startswith("torch.") else ""
         names = ", ".join(prefix + LITERALS[k][0] for k in supported)
         raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {names}")
     return short
@@ -717,10 +740,9 @@ def _compile_sizes(schema: OpSchema) -> Callable:
     """``dims -> dims`` with each size rule applied where `dims` lacks the size."""
     lines = ["def sizes(dims):"]
     for name, expr in schema.sizes.items():
-        names = sorted(set(_NAME.findall(expr)))
-        env = ", ".join(f"{n}=dims[{n!r}]" for n in names)
         lines.append(f"    if {name!r} not in dims:")
-        lines.append(f"        dims[{name!r}] = (lambda {', '.join(names)}: {expr})({env})")
+        lines += [f"        {n} = dims[{n!r}]" for n in sorted(set(_NAME.findall(expr)))]
+        lines.append(f"        dims[{name!r}] = {expr}")
     lines.append("    return dims")
     return _exec_src("\n".join(lines) + "\n", {}, f"sizes {schema.op}", "sizes")
 
@@ -745,16 +767,16 @@ def _expr_names(schema: OpSchema) -> set[str]:
     }
 
 
-def _compile_bind(schema: OpSchema) -> Callable:
-    """Straight-line `bind` for `schema`: for a valid call, one condition per rule and no
-    loops; on any failure it calls `bind_checked`, which raises the precise error."""
+def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
+    """Straight-line `bind` for `schema` called with the optional inputs `given`: for a valid
+    call, one condition per rule and no loops; on any failure it calls `bind_checked`, which
+    raises the precise error."""
     lines, types, conds, picked, dims, present = [], [], [], {}, {}, []
     holder: dict[str, str] = {}
-    for i, t in enumerate(schema.inputs):
+    ins = [t for t in schema.inputs if not t.optional or t.api in given]
+    for i, t in enumerate(ins):
         v = f"a{i}"
         lines.append(f"    {v} = args[{t.api!r}]")
-        if t.optional:  # optional tensors: the generic path (rare in the ops with schemas)
-            return schema.bind_checked
         present.append((t.api, v))
         types.append(f"type({v}) is A.Tensor")
         if t.dtype in LITERALS:
@@ -769,9 +791,12 @@ def _compile_bind(schema: OpSchema) -> Callable:
                 f"    if not ({' and '.join(types)}):\n        return schema.bind_checked(args)"
             )
             types = []
-            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORT.get(d{i})")
+            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORTS.get(d{i}) or short(d{i})")
+    for name, (var, value, *_) in schema.select.items():  # x_scale iff X is e4m3
+        if var in picked:
+            conds.append(f"{picked[var]} {'==' if name in given else '!='} {value!r}")
     checks = []
-    for i, t in enumerate(schema.inputs):
+    for i, t in enumerate(ins):
         v = f"a{i}"
         fixed = t.dims[1:] if t.lead else t.dims
         rank = f"len(s{i}) >= {len(fixed)}" if t.lead else f"len(s{i}) == {len(fixed)}"
@@ -788,8 +813,14 @@ def _compile_bind(schema: OpSchema) -> Callable:
                     f"    if {item} != {d.text}:\n        return schema.bind_checked(args)"
                 )  # noqa: E501
                 continue
-            if d.name is None:
-                return schema.bind_checked
+            if d.name is None:  # an expression over sizes bound (as locals) before
+                names = _NAME.findall(d.text)
+                if not all(n in dims and not dims[n].startswith("prod(") for n in names):
+                    return schema.bind_checked
+                checks.append(
+                    f"    if {item} != ({d.text}):\n        return schema.bind_checked(args)"
+                )
+                continue
             size = item if d.factor == 1 else f"({item} // {d.factor})"
             if d.factor > 1:
                 checks.append(
@@ -827,7 +858,8 @@ def _exec(src: str, schema: OpSchema, name: str) -> Callable:
         "Bound": Bound,
         "prod": math.prod,
         "check_memory": _validate.check_memory,
-        "SHORT": _validate._SHORT,
+        "SHORTS": _SHORTS,
+        "short": _short_cached,
         "A": _arrays,  # A.Tensor, A._torch: torch's, once the first torch tensor was seen
     }
     exec(compile(src, f"<tileaot {name} {schema.op}>", "exec"), scope)  # noqa: S102
