@@ -725,15 +725,9 @@ def _exec_src(src: str, scope: dict, where: str, name: str) -> Callable:
 
 
 def _lambda(expr: str, where: str) -> Callable:
-    """``dims -> int(expr)`` over the size names in `expr`, compiled once."""
-    names = sorted(set(_NAME.findall(expr)))
-    args = "".join(f"{n}=dims[{n!r}], " for n in names)
-    src = (
-        f"def f(dims):\n    return (lambda {', '.join(names)}: {expr})({args})\n"
-        if names
-        else f"def f(dims):\n    return {expr}\n"
-    )
-    return _exec_src(src, {}, where, "f")
+    """``dims -> int(expr)`` over the size names in `expr`, compiled once (straight-line)."""
+    body = "".join(f"    {n} = dims[{n!r}]\n" for n in sorted(set(_NAME.findall(expr))))
+    return _exec_src(f"def f(dims):\n{body}    return {expr}\n", {}, where, "f")
 
 
 def _compile_sizes(schema: OpSchema) -> Callable:
