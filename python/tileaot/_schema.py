@@ -508,7 +508,7 @@ class OpSchema:
 
     # ------------------------------------------------------------ the launch
     def launcher(self, given: frozenset = frozenset()) -> Callable:
-        """``launch(handle, device, stream, *tensors, [workspace,] *scalars, **dims)``: one
+        """``launch(handle, device, stream, *tensors, [workspace,] *scalars, dims)``: one
         `_C.launch` with the data pointers and flat shapes in kernel order, as straight-line
         code (generated once per set of optional inputs `given`; no loops or lookups on the
         hot path). `tensors` are every non-scratch tensor in kernel order (None for an absent
@@ -524,9 +524,7 @@ class OpSchema:
         given = _NO_OPTIONAL
         if self._optional:  # which optional inputs the call passes (kernel positions)
             given = self._given_at[tuple(tensors[i] is not None for i in self._optional_at)]
-        self.launcher(given)(
-            handle, device, _lib.current_stream(device), *tensors, *scalars, **dims
-        )
+        self.launcher(given)(handle, device, _lib.current_stream(device), *tensors, *scalars, dims)
         return handle
 
     # ------------------------------------------------------------ torch and the build
@@ -707,7 +705,10 @@ def _compile_launcher(schema: OpSchema, given: frozenset) -> Callable:
     params = ", ".join(
         ["handle", "device", "stream", *tensors, *(["workspace"] if scratch else []), *scalars]
     )
-    src = f"def launch({params}, *, {', '.join(_size_names(schema))}, **_):\n"
+    used = sorted(
+        {n for f in flat for n in _NAME.findall(f)} | {n for o in offsets for n in _NAME.findall(o)}
+    )
+    src = f"def launch({params}, dims):\n" + "".join(f"    {n} = dims[{n!r}]\n" for n in used)
     if scratch:
         src += "    w = workspace.data_ptr()\n"
     src += (
