@@ -77,14 +77,17 @@ def _key_expr(schema, given: frozenset) -> tuple[str, list[str]]:
     a dtype variable's value from the first tensor holding it, a field an optional tensor
     selects (`select`) as the overload's literal."""
     holder = {}
-    for t in schema.present(given):
-        if t.dtype in schema.dtypes and t.dtype not in holder and t.role != "scratch":
+    present = schema.present(given)
+    # an input's dtype first; an output's where no input has it
+    for t in (*[t for t in present if t.role == "in"], *[t for t in present if t.role == "out"]):
+        if t.dtype in schema.dtypes and t.dtype not in holder:
             holder[t.dtype] = t.name
     fixed = {}
     for name, (field, with_it, *rest) in schema.select.items():
         value = with_it if name in given else (rest[0] if rest else None)
         if field not in schema.dtypes and value is not None:
             fixed[field] = value
+    taken = {t.name for t in schema.tensors} | {n for n, _ in schema.scalars}
     parts, extra = [], []
     for literal, field, _, _ in string.Formatter().parse(schema.key):
         if literal:
@@ -94,9 +97,10 @@ def _key_expr(schema, given: frozenset) -> tuple[str, list[str]]:
                 parts.append(f"std::string(detail::key_dtype({holder[field]}.dtype()))")
             elif field in fixed:
                 parts.append(f'std::string("{fixed[field]}")')
-            else:
-                extra.append(field)
-                parts.append(field)
+            else:  # a key field as a parameter; "scale_key" where a tensor is named "scale"
+                param = f"{field}_key" if field in taken else field
+                extra.append(param)
+                parts.append(param)
     return " + ".join(parts) or 'std::string("")', extra
 
 

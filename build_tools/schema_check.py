@@ -4,7 +4,8 @@ The kernel's `prim_func` is the authority on what it takes; the schema is what t
 the torch ops and the C++ header derive everything from. Checking each traced signature against
 the schema at generate time means the two cannot drift: a renamed, reordered or re-typed kernel
 parameter fails the build naming the op and the mismatch. Ops without a schema yet are skipped
-(listed by `unchecked`).
+(listed by `unchecked`). Kernels kept outside this repository (`build_tools wheel --kernels`)
+carry their schema in their KernelSpec: ``extra={"schema": SCHEMA}``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,20 @@ def schema_of(op: str) -> Any | None:
     """The `SCHEMA` of op `op` in this checkout's python/tileaot (None if it has none)."""
     if str(PYTHON) not in sys.path:
         sys.path.insert(0, str(PYTHON))
-    try:
-        module = importlib.import_module(f"tileaot.{op}")
-    except ImportError:
-        return None
-    schema = getattr(module, "SCHEMA", None)
-    return schema if schema is not None and schema.op == op else None
+    for name in (op, f"_{op}"):  # a kernel op served by a public op's helper module: `_op`
+        try:
+            module = importlib.import_module(f"tileaot.{name}")
+        except ImportError:
+            continue
+        schema = getattr(module, "SCHEMA", None)
+        if schema is not None and schema.op == op:
+            return schema
+    return None
+
+
+def schema_for(spec: Any) -> Any | None:
+    """The schema of a KernelSpec's op: its own (``extra["schema"]``), else tileaot.<op>'s."""
+    return spec.extra.get("schema") or schema_of(spec.op)
 
 
 def check_all(points: list, traced: dict) -> list[str]:
@@ -34,14 +43,16 @@ def check_all(points: list, traced: dict) -> list[str]:
     Returns the ops that have no schema (not checked)."""
     unchecked = set()
     for p in points:
-        schema = schema_of(p.spec.op)
+        schema = schema_for(p.spec)
         if schema is None:
             unchecked.add(p.spec.op)
             continue
         for arch in p.archs:
             sig, _ = traced[(p.name, arch)]
             try:
-                schema.check_signature(sig["params"], p.key, p.specialisation)
+                schema.check_signature(
+                    sig["params"], p.key, p.specialisation, p.spec.key_string(p.key)
+                )
             except ValueError as e:
                 raise SystemExit(
                     f"tileaot: {p.name} ({arch}) does not match its schema: {e}"

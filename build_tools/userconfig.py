@@ -278,10 +278,11 @@ def from_env() -> UserConfig | None:
 
 def main(argv: list[str]) -> int:
     import argparse
+    import functools
     import sys
 
     from build_tools.matrix import enumerate_variants
-    from kernels_py import all_specs
+    from build_tools.specs import load_specs
     from kernels_py.spec import DEFAULT_ARCHS
 
     parser = argparse.ArgumentParser(
@@ -291,7 +292,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--cmake", action="store_true", help="print archs=/ops= lines for CMakeLists.txt"
     )
+    parser.add_argument("--specs", default="kernels_py", help="module whose all_specs() to build")
     args = parser.parse_args(argv)
+    all_specs = functools.partial(load_specs, args.specs)
     try:
         config = load(args.file)
         specs = config.apply(all_specs())

@@ -1,4 +1,5 @@
 """`python -m build_tools wheel --config my_model.toml`: your own wheel, offline, one command.
+(`--kernels MODULE`: a wheel of kernels kept outside this repository, build_tools/extwheel.py.)
 
 Checks the config first (errors name the key and the allowed values), then runs
 `pip wheel --no-build-isolation --no-index` on this checkout with -DTILEAOT_CONFIG=<file>:
@@ -25,7 +26,22 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--config", help="bring-your-shapes TOML (examples/shapes/*.toml)")
     parser.add_argument("-o", "--out", help="wheel folder (default dist/ or dist/<config>/)")
+    parser.add_argument(
+        "--kernels",
+        help="your own kernels: a module (name or path) with all_specs(), each KernelSpec with "
+        'extra={"schema": SCHEMA}; builds package --name instead of tileaot (build_tools/'
+        "extwheel.py, examples/external_kernels)",
+    )
+    parser.add_argument("--name", help="with --kernels: the package (default: the module's name)")
+    parser.add_argument("--version", default="0.1.0", help="with --kernels: the wheel's version")
     args, pip_args = parser.parse_known_args(argv)
+    if args.kernels:
+        from build_tools.extwheel import build
+
+        return build(args, pip_args)
+    if args.name:
+        print("error: --name names the package of --kernels; give --kernels too", file=sys.stderr)
+        return 2
     cmd = pip_command(args.config, args.out, pip_args)
     if cmd is None:
         return 2

@@ -5,6 +5,9 @@ At run time tileaot needs only the NVIDIA driver, which libtileaot dlopen()s whe
 library in DT_NEEDED (not even libcuda.so.1: `import tileaot` must work without a driver), none
 may be bundled (auditwheel repair would graft DT_NEEDED libraries into tileaot.libs/), and
 RUNPATHs may only point inside the wheel ($ORIGIN), never at the build machine's toolkit.
+And every shared object holds code for the CPU the wheel's platform tag names: a cross-built
+aarch64 wheel (scripts/build_wheel_aarch64.sh) with an x86-64 library left in would install
+on a Grace host and fail only at import.
 System libraries on the manylinux policy's list stay allowed: libc, libm, libdl, libpthread,
 libstdc++, libgcc_s, and libz.so.1, which libtileaot links to inflate its zlib-compressed
 cubins (auditwheel leaves listed libraries out of the wheel).
@@ -29,11 +32,29 @@ FORBIDDEN = re.compile(
 )
 
 
+# ELF e_machine of the CPUs in Linux wheel platform tags (System V ABI, "e_machine" values).
+MACHINES = {"x86_64": 62, "aarch64": 183}
+
+
 @dataclass(frozen=True)
 class ElfInfo:
     path: str  # inside the wheel
     needed: tuple[str, ...]
     runpath: tuple[str, ...]  # DT_RUNPATH and DT_RPATH entries
+    machine: int = 0  # e_machine (0: not read)
+
+
+def wheel_cpu(wheel: str) -> str | None:
+    """The CPU a wheel's file name targets ("aarch64" for ..._manylinux_2_34_aarch64.whl), or
+    None when its platform tag names none of MACHINES (a pure-Python or a macOS wheel)."""
+    platform = wheel.rsplit("/", 1)[-1].removesuffix(".whl").rsplit("-", 1)[-1]
+    first = platform.split(".")[0]  # compressed tag sets name one CPU: take the first
+    return next((cpu for cpu in MACHINES if first.endswith("_" + cpu)), None)
+
+
+def elf_machine(data: bytes) -> int:
+    """e_machine of an ELF file: 2 bytes at offset 18, in the byte order EI_DATA gives."""
+    return int.from_bytes(data[18:20], "little" if data[5] == 1 else "big")
 
 
 def read_elf(path: str, data: bytes) -> ElfInfo | None:
@@ -55,11 +76,12 @@ def read_elf(path: str, data: bytes) -> ElfInfo | None:
             elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
                 text = tag.runpath if tag.entry.d_tag == "DT_RUNPATH" else tag.rpath
                 runpath += [p for p in text.split(":") if p]
-    return ElfInfo(path, tuple(needed), tuple(runpath))
+    return ElfInfo(path, tuple(needed), tuple(runpath), elf_machine(data))
 
 
-def problems(elves: list[ElfInfo], names: list[str]) -> list[str]:
-    """What breaks the rule, one line each; [] when the wheel is clean."""
+def problems(elves: list[ElfInfo], names: list[str], cpu: str | None = None) -> list[str]:
+    """What breaks the rule, one line each; [] when the wheel is clean. `cpu`: the wheel's
+    (wheel_cpu), whose e_machine every shared object must have; None checks no machine."""
     out = []
     for name in names:
         base = name.rsplit("/", 1)[-1]
@@ -72,6 +94,11 @@ def problems(elves: list[ElfInfo], names: list[str]) -> list[str]:
             for p in elf.runpath
             if not p.startswith("$ORIGIN")
         ]
+        if cpu is not None and elf.machine != MACHINES[cpu]:
+            out.append(
+                f"{elf.path}: code for ELF machine {elf.machine}, but the wheel is for {cpu} "
+                f"(machine {MACHINES[cpu]})"
+            )
     return out
 
 
@@ -80,13 +107,14 @@ def audit(wheel: str) -> tuple[list[ElfInfo], list[str]]:
         names = z.namelist()
         elves = [read_elf(n, z.read(n)) for n in names if re.search(r"\.so(\.\d+)*$", n)]
     elves = [e for e in elves if e is not None]
-    return elves, problems(elves, names)
+    return elves, problems(elves, names, wheel_cpu(wheel))
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m build_tools audit-wheel",
-        description="Check that a wheel bundles and needs no CUDA/torch library.",
+        description="Check that a wheel bundles and needs no CUDA/torch library, and that its "
+        "shared objects are for the CPU its platform tag names.",
     )
     parser.add_argument("wheel")
     args = parser.parse_args(argv)
@@ -98,13 +126,22 @@ def main(argv: list[str]) -> int:
         return 1
     for elf in elves:
         runpath = ":".join(elf.runpath) or "-"
-        print(f"{elf.path}: needs {', '.join(elf.needed) or '-'}; runpath {runpath}")
+        print(
+            f"{elf.path}: needs {', '.join(elf.needed) or '-'}; runpath {runpath}; "
+            f"ELF machine {elf.machine}"
+        )
     for line in bad:
         print(f"FORBIDDEN {line}", file=sys.stderr)
     if bad:
         print(
-            "the wheel must need only the driver, loaded with dlopen at run time", file=sys.stderr
+            "the wheel must need only the driver, loaded with dlopen at run time, and hold "
+            "code for the CPU its tag names",
+            file=sys.stderr,
         )
         return 1
-    print(f"audit-wheel: {len(elves)} shared objects, no CUDA/torch library bundled or needed")
+    cpu = wheel_cpu(args.wheel)
+    where = f" for {cpu} (ELF machine {MACHINES[cpu]})" if cpu else ""
+    print(
+        f"audit-wheel: {len(elves)} shared objects{where}, no CUDA/torch library bundled or needed"
+    )
     return 0

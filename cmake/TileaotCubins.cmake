@@ -34,10 +34,11 @@ function(tileaot_generate)
   endif()
   message(STATUS "tileaot: generating ${ARG_GEN} (archs ${ARG_ARCHS}, ops ${ARG_OPS}, "
                  "PTX of ${ARG_PTX})")
+  tileaot_specs_option(specs)  # cmake/TileaotUserBuild.cmake
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -E env "TILELANG_CACHE_DIR=${CMAKE_BINARY_DIR}/tilelang-cache"
             "${Python_EXECUTABLE}" -m build_tools generate
-            --out "${ARG_GEN}" --archs "${ARG_ARCHS}" --ops "${ARG_OPS}" --ptx "${ARG_PTX}"
+            --out "${ARG_GEN}" --archs "${ARG_ARCHS}" --ops "${ARG_OPS}" --ptx "${ARG_PTX}" ${specs}
     WORKING_DIRECTORY "${src}"
     RESULT_VARIABLE rc
     OUTPUT_VARIABLE out ERROR_VARIABLE out ECHO_OUTPUT_VARIABLE ECHO_ERROR_VARIABLE)

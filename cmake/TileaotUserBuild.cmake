@@ -39,8 +39,9 @@ endfunction()
 # -DTILEAOT_CONFIG=FILE: check the file now (errors name the key and the allowed values) and
 # read its archs and ops. OUT_ARCHS is "" when the file leaves the archs to TILEAOT_ARCHS.
 function(tileaot_read_config file out_archs out_ops)
+  tileaot_specs_option(specs)
   execute_process(
-    COMMAND "${Python_EXECUTABLE}" -m build_tools config "${file}" --cmake
+    COMMAND "${Python_EXECUTABLE}" -m build_tools config "${file}" --cmake ${specs}
     WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}"
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -50,4 +51,14 @@ function(tileaot_read_config file out_archs out_ops)
   set(${out_archs} "${CMAKE_MATCH_1}" PARENT_SCOPE)
   string(REGEX MATCH "ops=([^\n]*)" _ "${out}")
   set(${out_ops} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+endfunction()
+
+# `--specs MODULE` where TILEAOT_SPECS names kernels other than this repository's (a wheel of
+# kernels kept elsewhere: python -m build_tools wheel --kernels); nothing for kernels_py.
+function(tileaot_specs_option out)
+  set(option "")
+  if(TILEAOT_SPECS AND NOT TILEAOT_SPECS STREQUAL "kernels_py")
+    set(option --specs "${TILEAOT_SPECS}")
+  endif()
+  set(${out} ${option} PARENT_SCOPE)
 endfunction()

@@ -11,6 +11,7 @@
 #                                                    # with TILEAOT_PTX=prefer:80 (70, 75 alike)
 # (device tool: carry=["build/gpu/gen_ptx"]; TILEAOT_GPU_OPS narrows the ops, e.g. 'rms_norm*').
 #
+# `verify` = the GPU issue's whole run in one call (see its comment below).
 # `run` = build + tests + cpp_example + bench. The steps are also commands of their own: build,
 # tests [FILES], cpp_example (examples/cpp against the installed package), bench,
 # jit [--match RE] (TileLang JIT of the same kernels side by side), tune
@@ -190,4 +191,39 @@ run() {
   return "$status"
 }
 
-"${1:?usage: gpu_check.sh prepare|build|tests|cpp_example|bench|suite|jit|probe|run|prepare_ptx|build_ptx|tests_ptx ARCH|tilelang_tarball}" "${@:2}"
+# The GPU issue's run in one device call, on the prepare_ptx gen folder (its sm_90a cubins serve
+# the plain tests, its PTX the PTX mode): build, every GPU test, the C++ example, the GPU tests
+# on the PTX of each arch of VERIFY_PTX (default "80 75 70"), each stage time-boxed
+# (VERIFY_TEST_TIMEOUT, default 240 s), then memcheck + racecheck over VERIFY_SANITIZE (test
+# files; none by default). One summary line per stage goes to $OUT/verify.txt and is printed last.
+verify() {
+  local out=${OUT:-build/gpu/out} status=0 rc arch files
+  mkdir -p "$out"
+  stage() {  # NAME CMD...: runs CMD, records "NAME rc=N (S s): last pytest line"
+    local name=$1 t0=$SECONDS
+    shift
+    "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    [ "$rc" = 0 ] || status=1
+    printf '%-14s rc=%s (%ss) %s\n' "$name" "$rc" "$((SECONDS - t0))" \
+      "$(grep -E '(passed|failed|error)' "$out/$name.log" | tail -1)" >> "$out/verify.txt"
+  }
+  : > "$out/verify.txt"
+  mkdir -p "$out/sm_90a"
+  files=$(ls tests/test_gpu*.py | tr '\n' ' ')
+  stage build build_ptx
+  TEST_TIMEOUT=${VERIFY_TEST_TIMEOUT:-240} OUT="$out/sm_90a" stage tests tests $files tests/test_fuzz.py
+  stage cpp_example cpp_example
+  for arch in ${VERIFY_PTX-80 75 70}; do
+    TEST_TIMEOUT=${VERIFY_TEST_TIMEOUT:-240} stage "ptx_$arch" tests_ptx "$arch" $files
+  done
+  if [ -n "${VERIFY_SANITIZE:-}" ]; then
+    # shellcheck disable=SC2086
+    OUT="$out/san" stage sanitize bash scripts/sanitize.sh $VERIFY_SANITIZE
+    grep -h "ERROR SUMMARY" "$out"/san/*.log 2>/dev/null | sort | uniq -c >> "$out/verify.txt"
+  fi
+  cat "$out/verify.txt"
+  return "$status"
+}
+
+"${1:?usage: gpu_check.sh prepare|build|tests|cpp_example|bench|suite|jit|probe|run|prepare_ptx|build_ptx|tests_ptx ARCH|verify|tilelang_tarball}" "${@:2}"

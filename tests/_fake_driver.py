@@ -78,10 +78,14 @@ def native_or_skip() -> None:
 def fake_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the fake libcuda.so.1, built from cpp/tests_native/fake_cuda.cpp."""
     native_or_skip()
+    return build_fake_driver(tmp_path_factory.mktemp("fakecuda"))
+
+
+def build_fake_driver(out: Path) -> Path:
+    """Compile the fake libcuda.so.1 into folder `out` (skips the test without a compiler)."""
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("needs a C++ compiler to build the fake CUDA driver")
-    out = tmp_path_factory.mktemp("fakecuda")
     cmd = [cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-Wl,-soname,libcuda.so.1"]
     subprocess.run([*cmd, "-o", str(out / "libcuda.so.1"), str(FAKE_SOURCE)], check=True)
     return out

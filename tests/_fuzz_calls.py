@@ -473,6 +473,58 @@ def topk_gate(d: Draw) -> Call:
     return c
 
 
+def top2_sum_gate(d: Draw) -> Call:
+    """Written from tileaot.top2_sum_gate's docstring: groups (or none), shared columns, EP/TP."""
+    t = d.size(40)
+    e = d.pick([2, 7, 16, 64, 72, 160, 256, 384, 512])
+    groups = d.pick([g for g in (0, 1, 2, 4, 8, 16) if g == 0 or e % g == 0])
+    kept = d.int(1, groups) if groups else 0
+    size = e // groups if groups else e
+    limited = groups != kept
+    if limited and size < 2:  # a group's value sums its top two: no group limit then
+        kept = groups
+        limited = False
+    shared = d.int(0, 2)
+    k = d.int(1, min(e, 32 - shared, kept * size if limited else e))
+    ep = d.pick([r for r in (1, 2, 4, 8) if r <= e])
+    tp = d.pick([1, 2])
+    tp_rank = d.int(0, tp - 1)
+    scaling = d.pick([1.0, 2.5, -0.5])
+    logits = d.randn((t, e), FP32, 3.0)
+    bias = d.randn((e,), FP32, 0.1)
+    args = (k, groups, kept, scaling, shared, ep, tp_rank, tp)
+    names = ("k", "num_groups", "num_topk_groups", "routed_scaling_factor")
+    names += ("num_shared_experts", "num_ep_ranks", "tp_rank", "num_tp_ranks")
+    width = k + shared
+    c = Call(
+        {"logits": logits, "bias": bias, **dict(zip(names, args, strict=True))},
+        [((t, width), I32), ((t, width), FP32)],
+        t > 0,
+        bad={
+            "k": [0, -1, e + 1, 33 - shared, 2.0, "2", True, None],
+            "num_groups": [-1, 1.0, None] + ([e + 1] if e > 2 else []),
+            "num_topk_groups": [-1, groups + 1, None],
+            "routed_scaling_factor": [math.nan, math.inf, "1", None, True],
+            "num_shared_experts": [-1, 33 - k, 1.5, None],
+            "num_ep_ranks": [0, e + 1, 1.0, None],
+            "tp_rank": [-1, tp, None],
+            "num_tp_ranks": [0, 1.5, None],
+            "scoring_func": ["softmax", "Sigmoid", 1, None],
+        },
+    )
+    out = d.outs(c, [("out[0] (idx)", (t, width), I32), ("out[1] (weights)", (t, width), FP32)])
+    c.slot(("logits",), "logits", (FP32,), (0, 1) if out else (1,))
+    c.slot(("bias",), "bias", (FP32,), (0,))
+
+    def check(result: Any) -> None:  # tests/test_gpu_top2_sum_gate.py
+        idx, w = _ref("moe.top2_sum_gate")(logits, bias, *args)
+        assert torch.equal(result[0], idx)
+        assert torch.allclose(result[1], w, equal_nan=True)
+
+    c.check = check
+    return c
+
+
 def moe_expand(d: Draw) -> Call:
     fp8 = d.flag()
     t, k, e = d.size(30), d.size(8), d.int(1, 40)
@@ -666,6 +718,7 @@ BUILDERS = {
         sinkhorn_normalize,
         sinkhorn_normalize_backward,
         topk_gate,
+        top2_sum_gate,
         moe_expand,
         moe_reduce,
         engram_gate,

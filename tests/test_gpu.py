@@ -44,6 +44,11 @@ def _randn(shape, dtype, scale=1.0):
 
 
 # ---------------------------------------------------------------- rms_norm
+def _rms_sizes() -> tuple[int, ...]:
+    kernel = importlib.import_module("kernels_py.norm.rms_norm")
+    return kernel.STATIC_N + kernel.ZOO_N
+
+
 RMS_SHAPES = [
     (1, 2048),
     (37, 4096),
@@ -58,6 +63,8 @@ RMS_SHAPES = [
     (4099, 128),  # static q/k-norm head dim, padded
     (9, 5120),
 ]
+# Every specialised size gets a case, so a size added to the kernel's lists is tested here too.
+RMS_SHAPES += [(7, n) for n in sorted(set(_rms_sizes())) if n not in {n_ for _, n_ in RMS_SHAPES}]
 
 
 @pytest.mark.parametrize("key", ["bf16", "fp16", "fp32"])

@@ -31,6 +31,8 @@ SEEN: set[str] = set()
 OPS = ("swiglu", "swiglu_per_token_cast_fp8")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 F8 = torch.float8_e4m3fn
+_SWIGLU = importlib.import_module("kernels_py.act.swiglu")
+STATIC_H, ZOO_H = _SWIGLU.STATIC_H, _SWIGLU.ZOO_H
 
 
 def _ops():
@@ -66,6 +68,8 @@ def _nan(shape, dtype):
 # for 2-byte dtypes), tiles that don't divide M or H.
 SW_SHAPES = [(1, 2048), (37, 4096), (129, 7168), (3, 1408), (5, 1001), (7, 4100), (300, 96)]
 SW_SHAPES += [(3, 1400), (6, 2816), (2, 18432)]
+# Every specialised size gets a case, so a size added to the kernel's lists is tested here too.
+SW_SHAPES += [(3, h) for h in STATIC_H + ZOO_H if h not in {h_ for _, h_ in SW_SHAPES}]
 # More row tiles than gridDim.y allows (65535 x 4 rows): rows must ride gridDim.x.
 SW_SHAPES.append((262_147, 128))
 

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py import all_specs  # noqa: E402
+from kernels_py.ceildiv import ceildiv  # noqa: E402
 from kernels_py.gemm import gemm  # noqa: E402
 from kernels_py.norm import rms_norm  # noqa: E402
 from kernels_py.quant import per_token_cast_fp8 as fp8  # noqa: E402
@@ -225,3 +226,29 @@ def test_lower_rms_norm_generic_has_vector_and_scalar_paths():
     src = lower_source(rms_norm.factory(arch="sm_80", dtype="float16"), "sm_80", "rms_test")
     assert "if (((N % 8) == 0))" in src or "if ((N % 8) == 0)" in src
     assert "uint4" in src
+
+
+# --- ceildiv (launch and loop extents) ------------------------------------------------------
+
+
+def test_ceildiv_of_ints():
+    assert [ceildiv(None, n, 4) for n in (0, 1, 3, 4, 5, 8, 9)] == [0, 1, 1, 1, 2, 2, 3]
+
+
+@needs_tilelang
+def test_ceildiv_is_a_truncating_division_with_tilelangs_value():
+    """A TIR Div (LowerIntrin leaves it a division; T.ceildiv's FloorDiv becomes a shift that
+    makes the pre-codegen Simplify slow), equal to T.ceildiv for every size >= 0."""
+    import tilelang.language as T
+    from tilelang import tvm
+
+    tirx = tvm.tirx
+    n = tirx.Var("n", "int32")
+    ours, theirs = ceildiv(T, n, 128), T.ceildiv(n, 128)
+    assert isinstance(ours, tirx.Div) and isinstance(theirs, tirx.FloorDiv)
+    analyzer = tvm.arith.Analyzer()
+    for size in (0, 1, 127, 128, 129, 4096, 2**31 - 128):
+        values = [
+            analyzer.simplify(tirx.stmt_functor.substitute(e, {n: size})) for e in (ours, theirs)
+        ]
+        assert [int(v) for v in values] == [-(-size // 128)] * 2

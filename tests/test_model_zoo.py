@@ -23,6 +23,7 @@ _model_calls = importlib.import_module("tileaot._model_calls")
 
 ZOO = Path(__file__).resolve().parents[1] / "examples" / "models"
 GPUS = {"H200": "sm_90a", "H100": "sm_90a", "A100": "sm_80", "L40S": "sm_89", "B200": "sm_100a"}
+GPUS |= {"B300": "sm_103", "RTX PRO 6000": "sm_120"}  # the family (f) targets serve these
 
 # The linears of an fp8 checkpoint: tileaot has no fp8 gemm (gemm takes bf16 / fp16).
 _MLA_FP8 = [
@@ -50,19 +51,13 @@ _GPT_OSS += ["not served swiglu experts activation"]
 # An empty list: fully covered on every GPU of GPUS.
 EXPECTED: dict[str, tuple[str, list[str]]] = {
     "deepseek-v2-lite": ("deepseek-ai/DeepSeek-V2-Lite", []),
-    "deepseek-v3": ("deepseek-v3 (DeepseekV3ForCausalLM)", ["not served topk_gate router top-k"]),
-    "deepseek-v3-bf16": ("DeepSeek-V3 (bf16 activations)", ["not served topk_gate router top-k"]),
-    "deepseek-v3-fp8": (
-        "deepseek-ai/DeepSeek-V3",
-        [*_MLA_FP8, "not served topk_gate router top-k"],
-    ),
-    "deepseek-v3.2": (
-        "deepseek-ai/DeepSeek-V3.2-Exp",
-        [*_MLA_FP8, "not served topk_gate router top-k"],
-    ),
-    "kimi-k2": ("moonshotai/Kimi-K2-Instruct", [*_MLA_FP8, "not served topk_gate router top-k"]),
+    "deepseek-v3": ("deepseek-v3 (DeepseekV3ForCausalLM)", []),
+    "deepseek-v3-bf16": ("DeepSeek-V3 (bf16 activations)", []),
+    "deepseek-v3-fp8": ("deepseek-ai/DeepSeek-V3", _MLA_FP8),
+    "deepseek-v3.2": ("deepseek-ai/DeepSeek-V3.2-Exp", _MLA_FP8),
+    "kimi-k2": ("moonshotai/Kimi-K2-Instruct", _MLA_FP8),
     "gemma-3-27b": ("google/gemma-3-27b-it", [*_OFFSET_NORMS, "not served swiglu mlp activation"]),
-    "glm-4.5": ("zai-org/GLM-4.5", ["not served topk_gate router top-k"]),
+    "glm-4.5": ("zai-org/GLM-4.5", []),
     "gpt-oss-20b": ("openai/gpt-oss-20b", _GPT_OSS),
     "gpt-oss-120b": ("openai/gpt-oss-120b", _GPT_OSS),
     "llama-3-8b": ("meta-llama/Meta-Llama-3-8B", []),
@@ -185,25 +180,63 @@ def test_routing_defaults_follow_the_config_classes():
     )
 
 
+_BIASED = {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "norm_topk_prob": True}
+
+
 @pytest.mark.parametrize(
-    "change, gap",
+    "change, op, gap",
     [
-        ({"num_experts_per_tok": 33}, "topk_gate takes k <= 32"),
-        ({"n_routed_experts": 1024}, "E <= 512"),
-        ({"n_group": 8, "topk_group": 4}, "group-limited top-k (n_group = 8, topk_group = 4)"),
-        ({"scoring_func": "sigmoid", "topk_method": "noaux_tc"}, "a correction bias"),
-        ({"hidden_act": "gelu"}, None),
+        ({"num_experts_per_tok": 33}, "topk_gate", "topk_gate takes k <= 32"),
+        ({"n_routed_experts": 1024}, "topk_gate", "E <= 512"),
+        (
+            {"n_group": 8, "topk_group": 4},
+            "top2_sum_gate",
+            "softmax scores with group-limited top-k: top2_sum_gate scores by sigmoid",
+        ),
+        ({**_BIASED, "norm_topk_prob": False}, "top2_sum_gate", "norm_topk_prob = false"),
+        (_BIASED, "top2_sum_gate", None),  # V2-Lite's sizes routed as DeepSeek-V3: generic E
+        ({**_BIASED, "n_group": 8, "topk_group": 4}, "top2_sum_gate", None),
+        ({**_BIASED, "n_group": 64, "topk_group": 8}, "top2_sum_gate", "at most 32 groups"),
+        ({**_BIASED, "n_group": 16, "topk_group": 1}, "top2_sum_gate", "k within the kept"),
+        ({**_BIASED, "num_experts_per_tok": 40}, "top2_sum_gate", "takes k <= 32"),
+        ({"hidden_act": "gelu"}, "topk_gate", None),
     ],
 )
-def test_routing_limits(change, gap, default_build):
+def test_routing_limits(change, op, gap, default_build):
+    """A router with a correction bias or groups is top2_sum_gate's, served within its limits."""
     base = json.loads((ZOO / "deepseek-v2-lite.json").read_text())
     report = _check.check(_model_calls.from_mapping({**base, **change}), default_build, "H200")
-    (gate,) = [v for v in report.verdicts if v.call.op == "topk_gate"]
+    (gate,) = [v for v in report.verdicts if v.call.uses == ("router top-k",)]
+    assert gate.call.op == op
     if gap is None:
-        assert gate.status != _check.UNSERVED
-        assert any("GeGLU" in v.reason for v in report.verdicts)
+        assert gate.status != _check.UNSERVED, gate.reason
     else:
-        assert gate.status == _check.UNSERVED and gap in gate.reason
+        assert gate.status == _check.UNSERVED and gap in gate.reason, gate.reason
+
+
+def test_deepseek_v3_router_is_top2_sum_gate_and_needs_its_variant(default_build, tmp_path):
+    """Served by the specialised E = 256 variant; a full build without the op says so."""
+    cfg = _model_calls.load_config(ZOO / "deepseek-v3.json")
+    (gate,) = [
+        v
+        for v in _check.check(cfg, default_build, "H200").verdicts
+        if "router top-k" in v.call.uses
+    ]
+    assert (gate.call.op, gate.status, gate.variant) == (
+        "top2_sum_gate",
+        "specialised",
+        "top2_sum_gate_fp32_sigmoid_e256",
+    )
+    path = write_manifest(tmp_path / "manifest.json")
+    data = json.loads(path.read_text())
+    data["variants"] = [r for r in data["variants"] if r["op"] != "top2_sum_gate"]
+    path.write_text(json.dumps(data))
+    older = _manifest.load(path)
+    (gate,) = [
+        v for v in _check.check(cfg, older, "H200").verdicts if "router top-k" in v.call.uses
+    ]
+    assert gate.status == _check.UNSERVED
+    assert "no top2_sum_gate[fp32,sigmoid] kernel; no such op in this build" in gate.reason
 
 
 def test_op_limits_are_the_kernels():
@@ -215,6 +248,12 @@ def test_op_limits_are_the_kernels():
     assert (_model_calls.TOPK_MAX_K, _model_calls.TOPK_MAX_E) == (topk.MAX_K, topk.MAX_E)
     assert _model_calls.EXPAND_MAX_E == expand.E_MAX == buildable.EXPAND_MAX_E
     assert buildable.TOPK_MAX_E == topk.MAX_E
+    top2 = importlib.import_module("kernels_py.moe.top2_sum_gate")
+    assert (top2.MAX_P, top2.MAX_E, top2.MAX_GROUPS) == (
+        _model_calls.TOPK_MAX_K,
+        _model_calls.TOPK_MAX_E,
+        _model_calls.GROUPS_MAX,
+    )
 
 
 @pytest.mark.parametrize("model", EXPECTED)

@@ -151,7 +151,7 @@ BAD_CALLS = [
         r"x has dtype torch\.int8; supported dtypes: torch\.bfloat16",
     ),
     ("cast-x-fp8", lambda: cast(t(4, 128).to(F8)), TypeError, r"x has dtype torch\.float8"),
-    ("cast-x-3d", lambda: cast(t(2, 4, 128)), ValueError, r"x must be 2-D \[M, N\]"),
+    ("cast-x-3d", lambda: cast(t(2, 4, 128)), ValueError, r"x must have shape \[M, N\]"),
     (
         "cast-g64",
         lambda: cast(t(4, 256), 64),
@@ -174,13 +174,13 @@ BAD_CALLS = [
         "cast-out-tensor",
         lambda: cast(t(4, 128), out=t(4, 128)),
         TypeError,
-        r"out must be a \(q, scale\) pair",
+        r"out must be a \(q, scale\) tuple",
     ),
     (
         "cast-out-len",
         lambda: cast(t(4, 128), out=(t(4, 128).to(F8),)),
         TypeError,
-        r"out must be a \(q, scale\) pair",
+        r"out must be a \(q, scale\) tuple",
     ),
     (
         "cast-out-q-dtype",

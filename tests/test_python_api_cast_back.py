@@ -60,7 +60,7 @@ BAD_CALLS = [
         "scale-bf16",
         lambda: cast_back(q8(4, 128), t(4, 1)),
         TypeError,
-        r"scale has dtype torch\.bfloat16; FP8 q takes torch\.float32 scales",
+        r"scale has dtype torch\.bfloat16; it must be torch\.float32",
     ),
     (
         "out-dtype-fp16",
@@ -74,8 +74,18 @@ BAD_CALLS = [
         TypeError,
         r"out_dtype must be torch\.bfloat16 or torch\.float32; got 'bfloat16'",
     ),
-    ("q-1d", lambda: cast_back(q8(1, 128)[0], s32(1, 1)), ValueError, r"q must be 2-D \[M, N\]"),
-    ("scale-1d", lambda: cast_back(q8(4, 128), s32(4)), ValueError, r"scale 2-D; got q \(4, 128\)"),
+    (
+        "q-1d",
+        lambda: cast_back(q8(1, 128)[0], s32(1, 1)),
+        ValueError,
+        r"q must have shape \[M, N\]; got shape \(128,\)",
+    ),
+    (
+        "scale-1d",
+        lambda: cast_back(q8(4, 128), s32(4)),
+        ValueError,
+        r"scale must have shape \[R, C\]; got shape \(4,\)",
+    ),
     (
         "scale-shape",
         lambda: cast_back(q8(300, 256), s32(300, 3)),

@@ -159,7 +159,7 @@ BAD_CALLS = [
         "x-int32",  # q fits int32, the output (twice the elements) does not
         lambda: back(meta(2**16, 2**14, dtype=U8), meta(2**16, 2**10, dtype=U8)),
         ValueError,
-        r"out has shape \(65536, 32768\).*below 2\*\*31",
+        r"out \(the output\) has shape \(65536, 32768\).*below 2\*\*31",
     ),
     (
         "bout-dtype",

@@ -122,8 +122,8 @@ BAD_CALLS = [
     ("fq-clamp-str", lambda: fused(t(4, 256), None, "7"), TypeError, r"clamp must be a real"),
     ("fq-clamp-bool", lambda: fused(t(4, 256), None, True), TypeError, r"clamp must be a real"),
     ("fq-clamp-tensor", lambda: fused(t(4, 256), None, t(1)), TypeError, r"clamp must be a real"),
-    ("fq-out-tensor", lambda: fused(t(4, 256), out=t(4, 128)), TypeError, r"\(q, scale\) pair"),
-    ("fq-out-len", lambda: fused(t(4, 256), out=(t(4, 128),)), TypeError, r"\(q, scale\) pair"),
+    ("fq-out-tensor", lambda: fused(t(4, 256), out=t(4, 128)), TypeError, r"\(q, scale\) tuple"),
+    ("fq-out-len", lambda: fused(t(4, 256), out=(t(4, 128),)), TypeError, r"\(q, scale\) tuple"),
     (
         "fq-out-q-dtype",
         lambda: fused(t(4, 256), out=(t(4, 128), t(4, 1, dtype=F32))),
@@ -137,22 +137,37 @@ BAD_CALLS = [
         r"out\[1\] \(scale\) has dtype torch\.bfloat16; this call writes torch\.float32",
     ),
     # swiglu_per_token_cast_fp8: shapes and values
-    ("fq-x-1d", lambda: fused(t(256)), ValueError, r"x must be 2-D \[M, 2H\]; got shape \(256,\)"),
-    ("fq-x-3d", lambda: fused(t(2, 2, 256)), ValueError, r"x must be 2-D"),
+    (
+        "fq-x-1d",
+        lambda: fused(t(256)),
+        ValueError,
+        r"x must have shape \[M, 2\*H\]; got shape \(256,\)",
+    ),
+    ("fq-x-3d", lambda: fused(t(2, 2, 256)), ValueError, r"x must have shape \[M, 2\*H\]"),
     (
         "fq-h-not-128",
         lambda: fused(t(4, 200)),
         ValueError,
         r"H % 128 == 0 .* it has 200 columns \(H = 100\)",
     ),
-    ("fq-h-odd", lambda: fused(t(4, 257)), ValueError, r"it has 257 columns \(H = 128\.5\)"),
+    (
+        "fq-h-odd",
+        lambda: fused(t(4, 257)),
+        ValueError,
+        r"x must have shape \[M, 2\*H\]: its dim 1 is 257, not a multiple of 2",
+    ),
     (
         "fq-w-shape",
         lambda: fused(t(4, 256), t(5, dtype=F32)),
         ValueError,
-        r"weights must have shape \(4,\) \(one per row of x\); got \(5,\)",
+        r"weights must have shape \(4,\) to match x \(4, 256\); got \(5,\)",
     ),
-    ("fq-w-2d", lambda: fused(t(4, 256), t(4, 1, dtype=F32)), ValueError, r"got \(4, 1\)"),
+    (
+        "fq-w-2d",
+        lambda: fused(t(4, 256), t(4, 1, dtype=F32)),
+        ValueError,
+        r"weights must have shape \(4,\); got shape \(4, 1\)",
+    ),
     (
         "fq-w-strided",
         lambda: fused(t(4, 256), t(4, 2, dtype=F32)[:, 0]),

@@ -41,7 +41,7 @@ BAD_CALLS = [
         "scores-bf16",
         lambda: topk_gate(t(4, 64), 2),
         TypeError,
-        r"scores has dtype torch\.bfloat16; supported dtypes: torch\.float32$",
+        r"scores has dtype torch\.bfloat16; it must be torch\.float32$",
     ),
     (
         "scores-1d",

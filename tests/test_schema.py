@@ -34,11 +34,20 @@ SCHEMA_OPS = (
     "sinkhorn_normalize_backward",
     "moe_reduce",
     "moe_expand",
+    "top2_sum_gate",
+    "per_block_cast_fp8",
+    "per_token_cast_fp8",
+    "transpose",
+    "swiglu_per_token_cast_fp8",
+    "per_token_cast_fp4",
+    "cast_back_fp8",
+    "cast_back_fp4",
 )
 
 
 def _module(op: str):
-    return importlib.import_module(f"tileaot.{op}")
+    """The module holding op's schema: tileaot.<op>, or a public op's helper tileaot._<op>."""
+    return importlib.import_module(f"tileaot.{'_' if op == 'cast_back_fp4' else ''}{op}")
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
@@ -71,22 +80,128 @@ def test_the_grammar_reads_back():
         OpSchema("bad", "x[N]: Q -> y[N]: Q")
 
 
+def test_keyed_sizes_and_dtypes_follow_the_key(cpu_as_cuda):  # noqa: F811
+    s = OpSchema(
+        "demo",
+        "x[M, N]: T -> q[M, N]: S, scale[M, G]: fp32",
+        dtypes={"T": ("bf16",), "S": ("u8", "e4m3")},
+        key="{T},{group}",
+        keyed=lambda key: (
+            {"G": "N // 8", "S": "u8"} if key.endswith("g8") else {"G": 1, "S": "e4m3"}
+        ),
+        example={"M": 2, "N": 64},
+    )
+    assert s.example_shapes("bf16,g8") == ("x[2, 64]", (2, 64, 2, 64, 2, 8))
+    assert s.example_shapes("bf16,token") == ("x[2, 64]", (2, 64, 2, 64, 2, 1))
+    bound = s.bind({"x": t(3, 64)})
+    s.fix(bound, "bf16,g8")
+    assert bound.dims == {"M": 3, "N": 64, "G": 8} and bound.picked == {"T": "bf16", "S": "u8"}
+    q, scale = s.fake({"x": t(3, 64)}, torch, "bf16,token")
+    assert (q.shape, q.dtype, scale.shape) == ((3, 64), torch.float8_e4m3fn, (3, 1))
+    key = {"dtype": "bfloat16", "group": "g8"}
+    params = _params(s)
+    params[1]["dtype"], params[2]["dtype"] = "uint8", "float32"
+    s.check_signature(params, key, {"N": 64})
+    params[2]["shape"] = ["d_M", 4]  # the kernel's scale has 4 columns, the key says 64 // 8
+    with pytest.raises(ValueError, match="dim G is 4 in the kernel, 8 here"):
+        s.check_signature(params, key, {"N": 64})
+    params[1]["dtype"] = "float8_e4m3fn"
+    with pytest.raises(ValueError, match="tensor q has dtype float8_e4m3fn, the schema uint8"):
+        s.check_signature(params, key, {})
+    params = _params(s)
+    params[1]["dtype"], params[2]["dtype"] = "uint8", "float32"
+    s.key = "{T}"  # a key format that leaves the group out: the C++ header would miss
+    with pytest.raises(ValueError, match="the schema's key '{T}' spells 'bf16' for the kernel's"):
+        s.check_signature(params, key, {})
+
+
+def test_optional_inputs_bind_where_given(cpu_as_cuda):  # noqa: F811
+    s = OpSchema("demo", "x[M, N]: T, w?[M]: fp32 -> y[M, N]: T", dtypes={"T": ("bf16",)})
+    for w in (None, t(3, dtype=torch.float32)):
+        b = s.bind({"x": t(3, 8), "w": w})
+        assert b == s.bind_checked({"x": t(3, 8), "w": w}) and b.dims == {"M": 3, "N": 8}
+    with pytest.raises(ValueError, match=r"w must have shape \(3,\) to match x \(3, 8\); got"):
+        s.bind({"x": t(3, 8), "w": t(4, dtype=torch.float32)})
+    with pytest.raises(TypeError, match="w has dtype torch.bfloat16; it must be torch.float32"):
+        s.bind({"x": t(3, 8), "w": t(3)})
+
+
+def test_moved_dtypes_are_checked_by_name(cpu_as_cuda):  # noqa: F811
+    s = OpSchema("demo", "x[N]: T -> y[N]: T", dtypes={"T": ("e5m2", "i16", "bool")})
+    assert s.bind({"x": torch.zeros(4, dtype=torch.int16)}).picked == {"T": "i16"}
+    with pytest.raises(
+        TypeError, match="supported dtypes: torch.float8_e5m2, torch.int16, torch.bool"
+    ):
+        s.bind({"x": t(4)})
+
+
 def test_the_launcher_is_straight_line_code_in_kernel_order():
     src = _module("rms_norm").SCHEMA.launcher().__source__
     assert "for " not in src and "if " not in src
     assert "(x.data_ptr(), weight.data_ptr(), y.data_ptr(),), (M, N, N, M, N,), (eps, )" in src
 
 
-# What the hand-written wrappers passed before the schema (the golden record holds the rest).
+# What the hand-written wrappers passed before the schema (the golden record holds the rest):
+# op -> (key, example text, example flat shapes).
 EXAMPLES = {
-    "rms_norm": ("x[4096, 4096]", (4096,) * 5),
-    "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
-    "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
-    "topk_gate": ("scores[4096, 256], k=8", (4096, 256, 4096, 8, 4096, 8)),
-    "sinkhorn_normalize": ("logits[32768, 4, 4]", (32768, 4, 4) * 2),
-    "sinkhorn_normalize_backward": ("grad_out[32768, 4, 4] logits[32768, 4, 4]", (32768, 4, 4) * 3),
-    "moe_reduce": ("y_sorted[36608, 7168] token_pos[4096, 8]", (36608, 7168, 4096, 8, 4096, 7168)),
+    "rms_norm": ("bf16", "x[4096, 4096]", (4096,) * 5),
+    "gemm": ("bf16", "a[4096, 4096] b[4096, 4096]", (4096,) * 6),
+    "swiglu": ("bf16", "x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
+    "top2_sum_gate": ("fp32,sigmoid", "logits[4096, 256]", (4096, 256, 256, 4096, 8, 4096, 8)),
+    "per_block_cast_fp8": ("bf16", "x[4096, 7168]", (4096, 7168, 4096, 7168, 32, 56)),
+    "per_token_cast_fp8": ("bf16,g128", "x[4096, 7168]", (4096, 7168, 4096, 7168, 4096, 56)),
+    "per_token_cast_fp8/token": ("fp32,token", "x[4096, 7168]", (4096, 7168) * 2 + (4096, 1)),
+    "transpose": ("e4m3", "x[1, 4096, 7168]", (1, 4096, 7168, 1, 7168, 4096)),
+    "swiglu_per_token_cast_fp8": (
+        "bf16",
+        "x[4096, 2 * 7168]",
+        (4096, 14336, 4096, 4096, 7168, 4096, 7168 // 128),
+    ),
+    "per_token_cast_fp4": ("bf16,g32,ue8m0", "x[4096, 7168]", (4096, 7168, 4096, 3584, 4096, 224)),
+    "cast_back_fp8": (
+        "bf16,g128",
+        "q[4096, 7168] scale[4096, 56]",
+        (4096, 7168, 4096, 56, 4096, 7168),
+    ),
+    "cast_back_fp8/token": (
+        "fp32,token",
+        "q[4096, 7168] scale[4096, 1]",
+        (4096, 7168, 4096, 1, 4096, 7168),
+    ),
+    "cast_back_fp8/block": (
+        "bf16,block128",
+        "q[4096, 7168] scale[32, 56]",
+        (4096, 7168, 32, 56, 4096, 7168),
+    ),
+    "cast_back_fp4": (
+        "bf16,g32,ue8m0",
+        "q[4096, 3584] scale[4096, 224]",
+        (4096, 3584, 4096, 224, 4096, 7168),
+    ),
+    "cast_back_fp4/g16": (
+        "fp32,g16,e4m3",
+        "q[4096, 3584] scale[4096, 448]",
+        (4096, 3584, 4096, 448, 4096, 7168),
+    ),
+    "per_token_cast_fp4/g16": (
+        "fp32,g16,e4m3",
+        "x[4096, 7168]",
+        (4096, 7168, 4096, 3584, 4096, 448),
+    ),
+    "topk_gate": ("fp32,softmax", "scores[4096, 256], k=8", (4096, 256, 4096, 8, 4096, 8)),
+    "sinkhorn_normalize": ("fp32", "logits[32768, 4, 4]", (32768, 4, 4) * 2),
+    "sinkhorn_normalize_backward": (
+        "fp32",
+        "grad_out[32768, 4, 4] logits[32768, 4, 4]",
+        (32768, 4, 4) * 3,
+    ),
+    "moe_reduce": (
+        "bf16,bf16,sum",
+        "y_sorted[36608, 7168] token_pos[4096, 8]",
+        (36608, 7168, 4096, 8, 4096, 7168),
+    ),
     "moe_expand": (
+        "bf16",
         "x[4096, 7168] idx[4096, 8], num_experts=256, alignment=16",
         (4096, 7168, 4096, 8, 36608, 7168, 257, 4096, 8, 32, 256, 256, 32768),
     ),
@@ -100,14 +215,14 @@ WRITES = {
     "sinkhorn_normalize_backward": 0b100,
     "moe_reduce": 0b1000,  # with every optional tensor (weights); writes_of() without
     "moe_expand": 0b1111111000,  # outputs and scratch (moe_expand has no short path)
-}
-# A key of each op for its example (the first of its first dtype variable if it has one).
-KEYS = {
-    "topk_gate": "fp32,softmax",
-    "sinkhorn_normalize": "fp32",
-    "sinkhorn_normalize_backward": "fp32",
-    "moe_reduce": "bf16,bf16,sum",
-    "moe_expand": "bf16",
+    "top2_sum_gate": 0b1100,
+    "per_block_cast_fp8": 0b110,
+    "per_token_cast_fp8": 0b110,
+    "transpose": 0b10,
+    "swiglu_per_token_cast_fp8": 0b1100,
+    "per_token_cast_fp4": 0b110,
+    "cast_back_fp8": 0b100,
+    "cast_back_fp4": 0b100,
 }
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
@@ -120,18 +235,35 @@ TORCH_ARGS = {
         "Tensor y_sorted, Tensor token_pos, Tensor? weights=None, ScalarType? out_dtype=None"
     ),
     "moe_expand": "Tensor x, Tensor idx, int num_experts, int alignment=16, Tensor? x_scale=None",
+    "top2_sum_gate": "Tensor logits, Tensor bias, int k, int num_groups=0, int num_topk_groups=0, "
+    "float routed_scaling_factor=1.0, int num_shared_experts=0, int num_ep_ranks=1, "
+    "int tp_rank=0, int num_tp_ranks=1, str scoring_func='sigmoid'",
+    "per_block_cast_fp8": "Tensor x, bool round_sf=False",
+    "per_token_cast_fp8": "Tensor x, int? group_size=128, bool round_sf=False",
+    "transpose": "Tensor x",
+    "swiglu_per_token_cast_fp8": "Tensor x, Tensor? weights=None, float? clamp=None, "
+    "bool round_sf=False",
+    "per_token_cast_fp4": "Tensor x, int group_size=32, str scale_format='ue8m0'",
+    "cast_back": "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
+    "ScalarType? out_dtype=None",
 }
+# The public op serving each kernel op (its torch custom op).
+PUBLIC = {"cast_back_fp8": "cast_back", "cast_back_fp4": "cast_back"}
+
+
+@pytest.mark.parametrize("case", sorted(EXAMPLES))
+def test_info_examples(case):
+    key, *example = EXAMPLES[case]
+    assert _module(case.partition("/")[0]).SCHEMA.example_shapes(key) == tuple(example)
 
 
 @pytest.mark.parametrize("op", SCHEMA_OPS)
 def test_derived_facts(op):
     schema = _module(op).SCHEMA
-    key = KEYS.get(op) or schema.dtypes["T"][0]
-    assert schema.example_shapes(key) == EXAMPLES[op]
     assert schema.writes == WRITES[op]
     specs = importlib.import_module("tileaot.torch_ops._specs")
-    (spec,) = [s for s in specs.SPECS if s.name == op]
-    assert spec.args == TORCH_ARGS[op] and spec.outs == schema.torch_outs()
+    (spec,) = [s for s in specs.SPECS if s.name == PUBLIC.get(op, op)]
+    assert spec.args == TORCH_ARGS[spec.name] and spec.outs == schema.torch_outs()
 
 
 F32, I32, BF16, E4M3 = torch.float32, torch.int32, torch.bfloat16, torch.float8_e4m3fn
@@ -140,35 +272,71 @@ F32, I32, BF16, E4M3 = torch.float32, torch.int32, torch.bfloat16, torch.float8_
 @pytest.mark.parametrize(
     ("op", "args", "want"),
     [
-        ("rms_norm", lambda: (t(3, 5, 64), t(64), 1e-6), [((3, 5, 64), BF16)]),
-        ("gemm", lambda: (t(7, 32), t(16, 32)), [((7, 16), BF16)]),
-        ("swiglu", lambda: (t(2, 3, 64),), [((2, 3, 32), BF16)]),
+        ("rms_norm", lambda: (t(3, 5, 64), t(64), 1e-6), [(3, 5, 64)]),
+        ("gemm", lambda: (t(7, 32), t(16, 32)), [(7, 16)]),
+        ("swiglu", lambda: (t(2, 3, 64),), [(2, 3, 32)]),
+        ("per_block_cast_fp8", lambda: (t(130, 300),), [(130, 300, "e4m3"), (2, 3, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256),), [(3, 256, "e4m3"), (3, 2, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256), None), [(3, 256, "e4m3"), (3, 1, "fp32")]),
+        ("per_token_cast_fp8", lambda: (t(3, 256), 256), [(3, 256, "e4m3"), (3, 1, "fp32")]),
+        ("transpose", lambda: (t(2, 3, 5, dtype=torch.int16),), [(2, 5, 3, "i16")]),
+        ("transpose", lambda: (t(3, 5),), [(5, 3)]),
+        (
+            "swiglu_per_token_cast_fp8",
+            lambda: (t(3, 512), None),
+            [(3, 256, "e4m3"), (3, 2, "fp32")],
+        ),
+        (
+            "swiglu_per_token_cast_fp8",
+            lambda: (t(3, 512), t(3, dtype=torch.float32), 7.0, True),
+            [(3, 256, "e4m3"), (3, 2, "fp32")],
+        ),
+        ("per_token_cast_fp4", lambda: (t(2, 3, 64),), [(2, 3, 32, "u8"), (2, 3, 2, "u8")]),
+        ("per_token_cast_fp4", lambda: (t(4, 64), 16, "e4m3"), [(4, 32, "u8"), (4, 4, "e4m3")]),
+        ("cast_back", lambda: (_e4m3(4, 256), t(4, 2, dtype=torch.float32)), [(4, 256)]),
+        (
+            "cast_back",
+            lambda: (
+                _e4m3(130, 200),
+                t(2, 2, dtype=torch.float32),
+                "block128",
+                None,
+                torch.float32,
+            ),
+            [(130, 200, "fp32")],
+        ),
+        ("cast_back", lambda: (_u8(2, 3, 8), _u8(2, 3, 1), None, 16), [(2, 3, 16)]),
+        (
+            "cast_back",
+            lambda: (_u8(4, 16), _e4m3(4, 2), None, 16, torch.float32),
+            [(4, 32, "fp32")],
+        ),
         (
             "topk_gate",
             lambda: (t(5, 64, dtype=F32), 3, "sigmoid", True),
-            [((5, 3), I32), ((5, 3), F32)],
+            [(5, 3, "i32"), (5, 3, "fp32")],
         ),
-        ("sinkhorn_normalize", lambda: (t(2, 3, 4, 4, dtype=F32), 3, 0.0), [((2, 3, 4, 4), F32)]),
+        ("sinkhorn_normalize", lambda: (t(2, 3, 4, 4, dtype=F32), 3, 0.0), [(2, 3, 4, 4, "fp32")]),
         (
             "sinkhorn_normalize_backward",
             lambda: (t(5, 8, 8, dtype=F32), t(5, 8, 8, dtype=F32), 3, 0.0),
-            [((5, 8, 8), F32)],
+            [(5, 8, 8, "fp32")],
         ),
-        ("moe_reduce", lambda: (t(20, 64), t(6, 2, dtype=I32), None, None), [((6, 64), BF16)]),
+        ("moe_reduce", lambda: (t(20, 64), t(6, 2, dtype=I32), None, None), [(6, 64)]),
         (
             "moe_reduce",
             lambda: (t(20, 64), t(6, 2, dtype=I32), t(6, 2, dtype=F32), F32),
-            [((6, 64), F32)],
+            [(6, 64, "fp32")],
         ),
         (
             "moe_expand",
             lambda: (t(5, 64), t(5, 2, dtype=I32), 7, 16, None),
-            [((115, 64), BF16), ((8,), I32), ((5, 2), I32), None],
+            [(115, 64), (8, "i32"), (5, 2, "i32"), None],
         ),
         (
             "moe_expand",
             lambda: (t(5, 256).to(E4M3), t(5, 2, dtype=I32), 7, 4, t(5, 2, dtype=F32)),
-            [((31, 256), E4M3), ((8,), I32), ((5, 2), I32), ((31, 2), F32)],
+            [(31, 256, "e4m3"), (8, "i32"), (5, 2, "i32"), (31, 2, "fp32")],
         ),
     ],
 )
@@ -178,7 +346,30 @@ def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
     (spec,) = [s for s in specs.SPECS if s.name == op]
     got = spec.fake(*args())
     got = got if isinstance(got, tuple) else (got,)
-    assert [g if g is None else (tuple(g.shape), g.dtype) for g in got] == want
+    want = [w if w is None or isinstance(w[-1], str) else (*w, "bf16") for w in want]
+    dtypes = {s: getattr(torch, a) for s, (a, _) in _schema.LITERALS.items()}
+    assert [g if g is None else tuple(g.shape) for g in got] == [w and w[:-1] for w in want]
+    assert [g if g is None else g.dtype for g in got] == [w and dtypes[w[-1]] for w in want]
+
+
+def _e4m3(*shape):
+    return torch.zeros(shape).to(torch.float8_e4m3fn)
+
+
+def _u8(*shape):
+    return torch.zeros(shape, dtype=torch.uint8)
+
+
+def test_fakes_size_outputs_from_the_arguments():
+    """top2_sum_gate's idx/weights are [T, k + num_shared_experts]: `sizes` P = K + S, K and S
+    the arguments `public` names."""
+    specs = importlib.import_module("tileaot.torch_ops._specs")
+    (spec,) = [s for s in specs.SPECS if s.name == "top2_sum_gate"]
+    logits, bias = t(5, 256, dtype=torch.float32), t(256, dtype=torch.float32)
+    for args, width in (((8,), 8), ((8, 8, 4, 2.5, 2), 10)):
+        idx, w = spec.fake(logits, bias, *args)
+        assert idx.shape == w.shape == (5, width)
+        assert (idx.dtype, w.dtype) == (torch.int32, torch.float32)
 
 
 @pytest.mark.parametrize("op", [op for op in SCHEMA_OPS if _module(op).SCHEMA.backward])
@@ -289,7 +480,7 @@ def test_every_traced_variant_matches_its_schema(op):
         func = p.spec.factory(arch="sm_80", **p.key, **p.specialisation)
         sig = signature_of(func)
         params = [vars(x) for x in sig.params]
-        schema.check_signature(params, p.key, p.specialisation)
+        schema.check_signature(params, p.key, p.specialisation, p.spec.key_string(p.key))
 
 
 def test_the_schema_module_stays_torch_free():
@@ -419,3 +610,30 @@ def test_workspace_sizes_in_cpp_match_the_wrappers_allocation(
     want = [_schema._lambda(o, "test")(dims) for o in schema.workspace_layout()[0]]
     assert [p - base for p in ptrs] == want and all(w % 16 == 0 for w in want)
     assert want[-1] + tokens * k * 4 == ws.nbytes
+
+
+def test_the_cpp_header_spells_each_key_as_the_schema_does():
+    from build_tools.emit_ops_hpp import emit_function
+
+    cast = emit_function(_module("per_token_cast_fp8").SCHEMA)
+    assert "const std::string& group" in cast
+    assert 'key_dtype(x.dtype())) + std::string(",") + group' in cast
+    back = emit_function(_module("cast_back_fp8").SCHEMA)  # the out dtype is the output's
+    assert 'key_dtype(x.dtype())) + std::string(",") + layout' in back
+    fp4 = emit_function(_module("per_token_cast_fp4").SCHEMA)  # "scale": a tensor and a field
+    assert "const TensorView& scale, const std::string& group, const std::string& scale_key" in fp4
+
+
+def test_info_finds_the_example_of_a_kernel_op_served_by_a_helper_module():
+    class Native:  # lookup/select as `_C` answers them
+        def lookup(self, op, key):
+            return 1
+
+        def select(self, handle, device, shapes):
+            return f"variant for {shapes}"
+
+    pick = importlib.import_module("tileaot._info")._pick(
+        Native(), "cast_back_fp4", "bf16,g32,e4m3", 0
+    )
+    assert pick["call"] == "q[4096, 3584] scale[4096, 224]"
+    assert pick["variant"] == "variant for (4096, 3584, 4096, 224, 4096, 7168)"

@@ -93,6 +93,8 @@ CASES = [
     ("cast_back", lambda: (u8(2, 3, 8), fp8(2, 3, 1), None, 16, F32)),
     ("topk_gate", lambda: (t(6, 64, dtype=F32), 4)),
     ("topk_gate", lambda: (t(3, 300, dtype=F32), 8, "sigmoid", False)),
+    ("top2_sum_gate", lambda: (t(6, 256, dtype=F32), t(256, dtype=F32), 8, 8, 4, 2.5, 1)),
+    ("top2_sum_gate", lambda: (t(3, 160, dtype=F32), t(160, dtype=F32), 6, 0, 0, 1.0, 0, 4, 1, 2)),
     ("swiglu", lambda: (t(4, 64),)),
     ("swiglu", lambda: (t(2, 3, 10, dtype=F32),)),
     ("swiglu_per_token_cast_fp8", lambda: (t(4, 512),)),

@@ -32,6 +32,7 @@ VARIANTS = (
     "per_token_cast_fp8_bf16_g128_n4096",
     "gemm_bf16_n7168_k2048",
     "topk_gate_fp32_softmax_e128",
+    "top2_sum_gate_fp32_sigmoid_e160",
     "swiglu_bf16_h2048",
     "swiglu_per_token_cast_fp8_bf16_h2048",
     "transpose_bf16_any",

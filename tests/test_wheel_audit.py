@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from build_tools.wheel_audit import ElfInfo, audit, main, problems
+from build_tools.wheel_audit import ElfInfo, audit, main, problems, wheel_cpu
 
 pytest.importorskip("elftools", reason="pyelftools comes with auditwheel (scripts/audit_wheel.sh)")
 CC = shutil.which("cc") or shutil.which("gcc")
+CROSS_CC = shutil.which("aarch64-linux-gnu-gcc")
 
 
 def test_rules_on_names_needs_and_runpaths():
@@ -64,3 +65,41 @@ def test_reads_real_elf_files(tmp_path, capsys):
     assert main([str(wheel)]) == 1
     err = capsys.readouterr().err
     assert "FORBIDDEN tileaot/lib/libtileaot.so: needs libcudart.so.12 (DT_NEEDED)" in err
+
+
+def test_the_wheels_cpu_comes_from_its_platform_tag():
+    assert wheel_cpu("dist/tileaot-0.1.0-cp311-cp311-manylinux_2_34_aarch64.whl") == "aarch64"
+    assert wheel_cpu("tileaot-0.1.0-cp312-abi3-linux_x86_64.whl") == "x86_64"
+    tag = "manylinux_2_17_x86_64.manylinux2014_x86_64"
+    assert wheel_cpu(f"tileaot-0.1.0-cp312-abi3-{tag}.whl") == "x86_64"
+    assert wheel_cpu("tileaot-0.1.0-py3-none-any.whl") is None
+
+
+def test_every_shared_object_must_match_the_tags_cpu():
+    x86 = ElfInfo("tileaot/lib/libtileaot.so", ("libc.so.6",), (), machine=62)
+    arm = ElfInfo("tileaot/_C.so", ("libc.so.6",), ("$ORIGIN/lib",), machine=183)
+    names = [x86.path, arm.path]
+    assert problems([x86, arm], names, "aarch64") == [
+        "tileaot/lib/libtileaot.so: code for ELF machine 62, but the wheel is for aarch64 "
+        "(machine 183)"
+    ]
+    assert problems([x86], names, "x86_64") == problems([x86, arm], names) == []
+
+
+@pytest.mark.skipif(CROSS_CC is None, reason="needs aarch64-linux-gnu-gcc (gcc-aarch64-linux-gnu)")
+def test_an_x86_library_in_an_aarch64_wheel_fails(tmp_path, capsys):
+    src = tmp_path / "f.c"
+    src.write_text("int f(void) { return 1; }\n")
+    arm = tmp_path / "arm.so"
+    subprocess.run([CROSS_CC, "-shared", "-fPIC", "-o", arm, src], check=True)
+    wheel = tmp_path / "tileaot-0-cp311-cp311-linux_aarch64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(arm, "tileaot/_C.so")
+    assert main([str(wheel)]) == 0
+    assert "for aarch64 (ELF machine 183)" in capsys.readouterr().out
+    with zipfile.ZipFile(wheel, "a") as z:  # a host library left in by a broken cross build
+        z.write(_so(tmp_path, "libtileaot.so"), "tileaot/lib/libtileaot.so")
+    assert main([str(wheel)]) == 1
+    assert "libtileaot.so: code for ELF machine 62, but the wheel is for aarch64" in (
+        capsys.readouterr().err
+    )

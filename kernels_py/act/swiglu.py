@@ -36,6 +36,7 @@ otherwise get 32-byte accesses, see docs/ADDING_AN_OP.md).
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+from ..ceildiv import ceildiv
 from ..spec import KernelSpec
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -92,7 +93,7 @@ def _kernel(dtype: str, h: int | None, store_128: bool):
     H = T.dynamic("H") if h is None else h
     col_check = h is None or h % cols != 0
     vec_tile = _tile(T, M, H, vec, T.int32(vec), col_check, dtype if store_128 else None)
-    scalar_tile = _tile(T, M, H, vec, None, True)  # same tile, scalar accesses
+    scalar_tile = _scalar_tile(T, M, H, vec)
 
     @T.prim_func
     def swiglu(
@@ -100,7 +101,7 @@ def _kernel(dtype: str, h: int | None, store_128: bool):
         y: T.Tensor((M, H), dtype),
     ):
         # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
-        with T.Kernel(T.ceildiv(M, ROWS), T.ceildiv(H, cols), threads=THREADS) as (bm, bc):
+        with T.Kernel(ceildiv(T, M, ROWS), ceildiv(T, H, cols), threads=THREADS) as (bm, bc):
             if h is not None:
                 vec_tile(x, y, bc, bm)
             elif H % vec == 0:
@@ -114,21 +115,21 @@ def _kernel(dtype: str, h: int | None, store_128: bool):
 
 
 def _tile(T, M, H, vec: int, width, col_check: bool, store_128: str | None = None):
-    """Macro computing a ROWS x (THREADS * vec) tile of y.
+    """Macro computing a ROWS x (THREADS * vec) tile of y with 16-byte vector accesses
+    (static H, or generic H with ``H % vec == 0``; _scalar_tile serves the rest).
 
     Loops run over (row, vector, element): a column predicate on the vector index alone is
     what lets TileLang vectorise under a runtime H (on the flat column it falls back to
-    scalar access). ``width`` (IntImm, or None for scalar access) is bound here, since a
-    macro argument would reach the loop as a non-constant. ``store_128`` (y's dtype, vector
-    path on CUDA only) stores each 16-byte output vector with one explicit ``st.global.v4``.
+    scalar access). ``width`` (an IntImm) is bound here, since a macro argument would reach
+    the loop as a non-constant. ``store_128`` (y's dtype, CUDA only) stores each 16-byte
+    output vector with one explicit ``st.global.v4``; without it (HIP) T.Parallel loops do.
     """
     cols = THREADS * vec
 
-    def inside(bm, bc, r, v, e):
+    def inside(bm, bc, r, v):
         ok = bm * ROWS + r < M
-        if col_check:
-            last = e if width is None else vec - 1  # vector path: H % vec == 0
-            ok = ok & (bc * cols + v * vec + last < H)
+        if col_check:  # H % vec == 0: the vector's last element decides for all of it
+            ok = ok & (bc * cols + v * vec + vec - 1 < H)
         return ok
 
     @T.macro
@@ -150,19 +151,19 @@ def _tile(T, M, H, vec: int, width, col_check: bool, store_128: str | None = Non
         for r in T.unroll(ROWS):
             for e in T.vectorized(vec):
                 xg[r * vec + e] = T.if_then_else(
-                    inside(bm, bc, r, tx, e), x[bm * ROWS + r, col + e], 0
+                    inside(bm, bc, r, tx), x[bm * ROWS + r, col + e], 0
                 )
         for r in T.unroll(ROWS):
             for e in T.vectorized(vec):
                 xu[r * vec + e] = T.if_then_else(
-                    inside(bm, bc, r, tx, e), x[bm * ROWS + r, H + col + e], 0
+                    inside(bm, bc, r, tx), x[bm * ROWS + r, H + col + e], 0
                 )
         for i in T.unroll(ROWS * vec):
             yf[i] = silu_mul(T, T.cast(xg[i], "float32"), T.cast(xu[i], "float32"))
         for r in T.unroll(ROWS):
             for e in T.vectorized(vec):
                 yo[e] = T.cast(yf[r * vec + e], store_128)
-            if inside(bm, bc, r, tx, vec - 1):
+            if inside(bm, bc, r, tx):
                 T.stg128(y[bm * ROWS + r, col], yo_bits.vload([0], "uint32x4"))
 
     @T.macro
@@ -172,22 +173,56 @@ def _tile(T, M, H, vec: int, width, col_check: bool, store_128: str | None = Non
         # Two load loops: with both loads in one loop TileLang 0.1.15 halves the vector width.
         for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
             g[r, v, e] = T.if_then_else(
-                inside(bm, bc, r, v, e), x[bm * ROWS + r, bc * cols + v * vec + e], 0
+                inside(bm, bc, r, v), x[bm * ROWS + r, bc * cols + v * vec + e], 0
             )
         for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
             u[r, v, e] = T.if_then_else(
-                inside(bm, bc, r, v, e), x[bm * ROWS + r, H + bc * cols + v * vec + e], 0
+                inside(bm, bc, r, v), x[bm * ROWS + r, H + bc * cols + v * vec + e], 0
             )
         for r, v, e in T.Parallel(ROWS, THREADS, vec):
             g[r, v, e] = silu_mul(T, g[r, v, e], u[r, v, e])
         for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
-            if inside(bm, bc, r, v, e):
+            if inside(bm, bc, r, v):
                 y[bm * ROWS + r, bc * cols + v * vec + e] = g[r, v, e]
 
     if store_128 is not None:
         return tile_store_128
 
     return tile
+
+
+def _scalar_tile(T, M, H, vec: int):
+    """Macro computing the same ROWS x (THREADS * vec) tile with element accesses (generic
+    H with ``H % vec != 0``).
+
+    Written per thread rather than as T.Parallel loops over fragments: under a runtime H,
+    TileLang 0.1.15 spent ~3/4 of the generic variant's lowering (LayoutInference and
+    LowerTileOp) on those loops (bench/results/build-2026-12-02-tracing.md). The thread
+    mapping is the one TileLang's layout gave them: element ``i`` of thread ``tx`` is row
+    ``i // vec``, column ``bc * cols + (i % vec) * THREADS + tx``, so a warp reads and writes
+    32 consecutive elements; all 2 x ROWS x vec loads come before the math.
+    """
+    cols = THREADS * vec
+
+    @T.macro
+    def tile_scalar(x, y, bc, bm):
+        tx = T.get_thread_binding()
+        g = T.alloc_local((ROWS * vec,), "float32")
+        u = T.alloc_local((ROWS * vec,), "float32")
+        for i in T.unroll(ROWS * vec):
+            row, col = bm * ROWS + i // vec, bc * cols + i % vec * THREADS + tx
+            g[i] = T.if_then_else((row < M) & (col < H), x[row, col], 0)
+        for i in T.unroll(ROWS * vec):
+            row, col = bm * ROWS + i // vec, bc * cols + i % vec * THREADS + tx
+            u[i] = T.if_then_else((row < M) & (col < H), x[row, col + H], 0)
+        for i in T.unroll(ROWS * vec):
+            g[i] = silu_mul(T, g[i], u[i])
+        for i in T.unroll(ROWS * vec):
+            row, col = bm * ROWS + i // vec, bc * cols + i % vec * THREADS + tx
+            if (row < M) & (col < H):
+                y[row, col] = g[i]
+
+    return tile_scalar
 
 
 def reference(x):

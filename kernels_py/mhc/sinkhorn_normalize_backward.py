@@ -23,6 +23,7 @@ N = 4 (the forward: 20); any ``repeat`` works, nothing is capped.
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+from ..ceildiv import ceildiv
 from ..spec import KernelSpec
 from .sinkhorn_normalize import STATIC_N, THREADS, RowOps, lanes, sinkhorn
 
@@ -67,7 +68,7 @@ def factory(arch: str, dtype: str, N: int | None = None):
         repeat: T.int32,
         eps: T.float32,
     ):
-        with T.Kernel(T.ceildiv(M, per_block), threads=THREADS) as bx:
+        with T.Kernel(ceildiv(T, M, per_block), threads=THREADS) as bx:
             tx = T.get_thread_binding()
             m = bx * per_block + tx // g
             i = tx % g

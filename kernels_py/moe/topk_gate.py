@@ -84,6 +84,7 @@ bits (one bucket, ``key >> B``).
 
 from types import SimpleNamespace
 
+from ..ceildiv import ceildiv
 from ..spec import KernelSpec
 
 DTYPES = ("float32",)
@@ -476,7 +477,7 @@ def _kernel(scoring: str, e: int | None):
         weights: T.Tensor((M, K), "float32"),
         renorm: T.int32,
     ):
-        with T.Kernel(T.ceildiv(M, tokens), threads=THREADS) as bx:
+        with T.Kernel(ceildiv(T, M, tokens), threads=THREADS) as bx:
             T.annotate_min_blocks_per_sm(MIN_BLOCKS)
             tx = T.get_thread_binding()
             lane = tx % lanes

@@ -36,6 +36,7 @@ from .sinkhorn_normalize import sinkhorn_normalize
 from .sinkhorn_normalize_backward import sinkhorn_normalize_backward
 from .swiglu import swiglu
 from .swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
+from .top2_sum_gate import top2_sum_gate
 from .topk_gate import topk_gate
 from .transpose import transpose
 
@@ -63,6 +64,7 @@ __all__ = [
     "sinkhorn_normalize_backward",
     "swiglu",
     "swiglu_per_token_cast_fp8",
+    "top2_sum_gate",
     "topk_gate",
     "transpose",
     "use_stream",

@@ -78,6 +78,13 @@ def _topk_gate(key: list[str], spec: dict[str, int]) -> str | None:
     return None
 
 
+def _top2_sum_gate(key: list[str], spec: dict[str, int]) -> str | None:
+    e = spec.get("E")
+    if e is not None and not 2 <= e <= TOPK_MAX_E:  # kernels_py/moe/top2_sum_gate.py spec_error
+        return f"top2_sum_gate: a static E must be an expert count 2 <= E <= {TOPK_MAX_E}; got {e}"
+    return None
+
+
 def _moe_expand(key: list[str], spec: dict[str, int]) -> str | None:
     e = spec.get("E")
     if e is not None and e > EXPAND_MAX_E:
@@ -98,6 +105,7 @@ _RULES: dict[str, Callable[[list[str], dict[str, int]], str | None]] = {
     "swiglu_per_token_cast_fp8": _swiglu_fp8,
     "per_token_cast_fp8": _per_token_cast_fp8,
     "topk_gate": _topk_gate,
+    "top2_sum_gate": _top2_sum_gate,
     "moe_expand": _moe_expand,
     "gemm": _gemm,
 }

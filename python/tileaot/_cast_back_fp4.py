@@ -6,13 +6,33 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from . import _arrays, _lib, _validate
+from . import _arrays
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "cast_back_fp4"
 GROUP_SIZES = (16, 32)
+_SCALE_DTYPE = {"ue8m0": "u8", "e4m3": "e4m3"}  # how each scale format is stored
+_FORMAT = {short: fmt for fmt, short in _SCALE_DTYPE.items()}
+
+
+def _by_key(key: str) -> dict[str, int | str]:
+    """A key "bf16,g32,ue8m0" fixes the out dtype, the scale dtype and its columns (N // g)."""
+    out, group, scale_format = key.split(",")
+    return {"Out": out, "S": _SCALE_DTYPE[scale_format], "NG": f"2 * K // {group[1:]}"}
+
+
+# The kernel binds K = N / 2 bytes of codes per row from q; the output has N = 2 K columns.
+SCHEMA = OpSchema(
+    _OP,
+    "q[*M, K]: u8, scale[*M, NG]: S -> out[*M, 2*K]: Out",
+    dtypes={"S": tuple(_SCALE_DTYPE.values()), "Out": ("bf16", "fp32")},
+    key="{Out},{group},{scale}",
+    keyed=_by_key,
+    example={"M": 4096, "K": 3584},
+)
 
 
 def cast_back_fp4(
@@ -74,19 +94,8 @@ def cast_back_fp4(
     if type(q) is not _arrays.Tensor and _arrays.foreign(q):
         return _arrays.call(cast_back_fp4, locals())
     fw = _arrays.namespace(q)
-    _validate.require_tensor("q", q)
-    if q.dtype is not fw.uint8:
-        raise TypeError(f"q has dtype {q.dtype}; FP4 codes are torch.uint8 (two per byte)")
-    _validate.require_tensor("scale", scale)
-    if scale.dtype is fw.uint8:
-        fmt = "ue8m0"
-    elif scale.dtype is fw.float8_e4m3fn:
-        fmt = "e4m3"
-    else:
-        raise TypeError(
-            f"scale has dtype {scale.dtype}; supported: torch.uint8 (UE8M0) or "
-            "torch.float8_e4m3fn (E4M3)"
-        )
+    inputs = {"q": q, "scale": scale}
+    bound = SCHEMA.bind(inputs)
     if type(group_size) is not int:
         group_size = _int_arg("group_size", group_size)
     if out_dtype is None:  # the dtype of `out`, else bfloat16
@@ -99,11 +108,9 @@ def cast_back_fp4(
         raise TypeError(
             f"out_dtype must be torch.bfloat16 or torch.float32 for FP4 codes; got {out_dtype!r}"
         )
-    shape = q.shape
-    if not shape:
-        raise ValueError("q must have shape (..., N // 2); got a 0-d tensor")
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size must be 16 or 32 for FP4 codes; got {group_size}")
+    shape = q.shape
     n = 2 * shape[-1]
     if n % group_size:
         raise ValueError(
@@ -116,27 +123,12 @@ def cast_back_fp4(
             f"scale must have shape {s_shape} for q {tuple(shape)} and group_size={group_size}; "
             f"got {tuple(scale.shape)}"
         )
-    device = _validate.check_memory(("q", "scale"), (q, scale))
-    x_shape = (*shape[:-1], n)
-    if out is None:
-        _validate.check_size("out", x_shape)  # twice the elements of q: may pass 2**31 alone
-        x = q.new_empty(x_shape, dtype=out_dtype)
-    else:
-        _validate.check_out("out", out, out_dtype, x_shape, device)
-        _validate.check_no_overlap(("out",), (out,), ("q", "scale"), (q, scale))
-        x = out
-    numel = q.numel()
-    if numel == 0:
+    key = f"{short},g{group_size},{_FORMAT[bound.picked['S']]}"
+    SCHEMA.fix(bound, key)
+    (x,) = SCHEMA.outputs(fw, q, bound, out, inputs)
+    if q.numel() == 0:
         return x
-    m = numel // shape[-1]
-    _lib.native().launch(
-        _lib.handle(_OP, f"{short},g{group_size},{fmt}"),
-        device,
-        _lib.current_stream(device),
-        (q.data_ptr(), scale.data_ptr(), x.data_ptr()),
-        (m, n // 2, m, n // group_size, m, n),
-        (),
-    )
+    SCHEMA.launch(key, bound.device, (q, scale, x), (), bound.dims)
     return x
 
 
@@ -147,7 +139,4 @@ def _int_arg(name: str, value: Any) -> int:
     return int(value)
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    g = 16 if ",g16," in key else 32
-    return "q[4096, 3584]", (4096, 3584, 4096, 7168 // g, 4096, 7168)
+example_shapes = SCHEMA.example_shapes

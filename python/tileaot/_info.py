@@ -60,9 +60,14 @@ def info(device: int = 0) -> dict[str, Any]:
 def _pick(native: Any, op: str, key: str, device: int) -> dict[str, str]:
     """The variant a typical call of (op, key) would use on `device`, or why there is none."""
     pick = {"op": op, "key": key, "call": "?"}
-    try:
-        example = importlib.import_module(f"{__package__}.{op}").example_shapes
-    except (ImportError, AttributeError):
+    example = None
+    for name in (op, f"_{op}"):  # a kernel op a public op serves through a helper: `_op`
+        try:
+            example = importlib.import_module(f"{__package__}.{name}").example_shapes
+            break
+        except (ImportError, AttributeError):
+            continue
+    if example is None:
         pick["error"] = "no Python wrapper for this op in this package"
         return pick
     pick["call"], shapes = example(key)

@@ -157,7 +157,7 @@ def version() -> str:
         from importlib.metadata import version as dist_version
 
         try:
-            _version = dist_version("tileaot")
+            _version = dist_version(__name__.rpartition(".")[0])  # this package's wheel
         except PackageNotFoundError:
             _version = "0+unknown"  # a source checkout that was never installed
     return _version

@@ -15,8 +15,10 @@ from its transformers config class's defaults (`model_type`):
 
 - routing: `scoring_func` (DeepseekV3Config and Glm4MoeConfig write none and both models use
   sigmoid), a correction bias on the selection (`topk_method = "noaux_tc"`; always in DeepSeek-V3,
-  Kimi-K2 and GLM-4.5), group-limited top-k (`n_group`/`topk_group`), PhiMoE's sparsemixer, and
-  topk_gate's limits (k <= 32, E <= 512);
+  Kimi-K2 and GLM-4.5), group-limited top-k (`n_group`/`topk_group`), `norm_topk_prob`,
+  PhiMoE's sparsemixer, and the ops' limits: a router with a bias or groups is top2_sum_gate's
+  (sigmoid scores, groups ranked by their top-2 sums, renormalised weights; k <= 32, E <= 512,
+  at most 32 groups), any other topk_gate's (k <= 32, E <= 512);
 - the activation (`hidden_act`/`hidden_activation`: SiLU -> SwiGLU; GELU -> GeGLU; gpt-oss's
   clamped SwiGLU), the norm (RMSNorm; Gemma's and Qwen3-Next's (1 + weight) RMSNorm; PhiMoE's
   LayerNorm), per-head q_norm/k_norm (Qwen3, Qwen3-Next, Gemma 3, GLM-4.5 `use_qk_norm`),
@@ -44,9 +46,11 @@ from typing import Any
 
 FP8_GROUP = 128  # columns per scale of per-token/fused fp8 casts
 MOE_ALIGNMENT = 16  # moe_expand's default row alignment per expert
-# The ops' limits (kernels_py/moe/topk_gate.py MAX_K, MAX_E; kernels_py/moe/moe_expand.py E_MAX;
+# The ops' limits (kernels_py/moe/topk_gate.py MAX_K, MAX_E, the same in top2_sum_gate.py;
+# kernels_py/moe/moe_expand.py E_MAX;
 # tests/test_model_zoo.py holds them to the kernels').
 TOPK_MAX_K, TOPK_MAX_E, EXPAND_MAX_E = 32, 512, 1024
+GROUPS_MAX = 32  # top2_sum_gate's expert groups (kernels_py/moe/top2_sum_gate.py MAX_GROUPS)
 _DTYPES = {
     "bfloat16": "bf16",
     "bf16": "bf16",
@@ -100,6 +104,7 @@ class Moe:
     bias: bool = False  # selection on score + e_score_correction_bias (noaux_tc)
     groups: tuple[int, int] | None = None  # (n_group, topk_group) of group-limited top-k
     shared_gate: bool = False  # a sigmoid gate (a linear to 1 output) on the shared expert
+    renormalize: bool = True  # norm_topk_prob: the k weights divided by their sum
 
 
 # transformers' config classes whose model routes on sigmoid scores with a correction bias
@@ -266,7 +271,8 @@ def _moe_config(d: Mapping[str, Any], model_type: str = "") -> Moe | None:
     grouped = n_group > 1 and (method == "group_limited_greedy" or 0 < topk_group < n_group)
     groups = (n_group, topk_group) if grouped else None
     gate = model_type in _SHARED_GATE and bool(shared)
-    return Moe(experts, top_k, width, shared, scoring, bias, groups, gate)
+    renormalize = d.get("norm_topk_prob", True) is not False
+    return Moe(experts, top_k, width, shared, scoring, bias, groups, gate, renormalize)
 
 
 def _int(d: Mapping[str, Any], key: str) -> int | None:
@@ -456,14 +462,6 @@ def _routing_gap(moe: Moe) -> str:
     if moe.scoring not in ("softmax", "sigmoid"):
         what = "PhiMoE's sparsemixer" if moe.scoring == "sparsemixer" else repr(moe.scoring)
         return f"{what} routing: topk_gate scores by softmax or sigmoid"
-    gaps = []
-    if moe.groups is not None:
-        n, g = moe.groups
-        gaps.append(f"group-limited top-k (n_group = {n}, topk_group = {g})")
-    if moe.bias:
-        gaps.append("a correction bias on the selection (e_score_correction_bias)")
-    if gaps:
-        return " with ".join(gaps) + ": topk_gate selects on the raw scores over all experts"
     if moe.top_k > TOPK_MAX_K or moe.experts > TOPK_MAX_E:
         return (
             f"top-{moe.top_k} of {moe.experts} experts: topk_gate takes k <= {TOPK_MAX_K} "
@@ -472,11 +470,45 @@ def _routing_gap(moe: Moe) -> str:
     return ""
 
 
+def _biased_routing_gap(moe: Moe) -> str:
+    """What of a router with a correction bias or expert groups top2_sum_gate lacks ("" if
+    it serves it: kernels_py/moe/top2_sum_gate.py)."""
+    parts = (["group-limited top-k"] if moe.groups else []) + (["a bias"] if moe.bias else [])
+    what = "with " + " and ".join(parts)
+    if moe.scoring != "sigmoid":
+        return f"{moe.scoring} scores {what}: top2_sum_gate scores by sigmoid"
+    if not moe.renormalize:
+        return f"unnormalised weights {what} (norm_topk_prob = false): top2_sum_gate renormalises"
+    if moe.top_k > TOPK_MAX_K or moe.experts > TOPK_MAX_E:
+        return (
+            f"top-{moe.top_k} of {moe.experts} experts {what}: top2_sum_gate takes k <= "
+            f"{TOPK_MAX_K} and E <= {TOPK_MAX_E}"
+        )
+    if moe.groups:
+        n, g = moe.groups
+        size = moe.experts // n if n else 0
+        if n > GROUPS_MAX or moe.experts % n or size < 2 or moe.top_k > g * size:
+            return (
+                f"n_group = {n}, topk_group = {g} over {moe.experts} experts, k = {moe.top_k}: "
+                f"top2_sum_gate takes at most {GROUPS_MAX} groups of >= 2 experts dividing E, "
+                "and k within the kept groups"
+            )
+    return ""
+
+
+def _router(cfg: ModelConfig, moe: Moe) -> Call:
+    """The router's top-k: top2_sum_gate with a correction bias or groups, else topk_gate."""
+    t, e, k = cfg.tokens, moe.experts, moe.top_k
+    if moe.bias or moe.groups:
+        return _unserved(top2_sum_gate(t, e, k, "router top-k"), _biased_routing_gap(moe))
+    scoring = moe.scoring if moe.scoring in ("softmax", "sigmoid") else "softmax"
+    return _unserved(topk_gate(scoring, t, e, k, "router top-k"), _routing_gap(moe))
+
+
 def _moe(cfg: ModelConfig, moe: Moe) -> Iterator[Call]:
     t, h, e, k = cfg.tokens, cfg.hidden, moe.experts, moe.top_k
     yield gemm(cfg.dtype, t, e, h, "router (gate)")
-    scoring = moe.scoring if moe.scoring in ("softmax", "sigmoid") else "softmax"
-    yield _unserved(topk_gate(scoring, t, e, k, "router top-k"), _routing_gap(moe))
+    yield _router(cfg, moe)
     fp8 = cfg.fp8_group is not None and not _quant_gap(cfg, experts=True)
     gap = f"more than {EXPAND_MAX_E} experts" if e > EXPAND_MAX_E else ""
     if fp8:
@@ -518,18 +550,21 @@ def swiglu(dt: str, m: int, h: int, use: str = "") -> Call:
 
 
 def swiglu_per_token_cast_fp8(dt: str, m: int, h: int, use: str = "") -> Call:
-    shapes = (m, 2 * h, m, m, h, m, h // FP8_GROUP)
-    return Call("swiglu_per_token_cast_fp8", dt, shapes, f"x[{m}, 2 * {h}]", (use,))
+    return _from_schema("swiglu_per_token_cast_fp8", dt, use, M=m, H=h)
 
 
 def per_token_cast_fp8(dt: str, m: int, n: int, group: int, use: str = "") -> Call:
     key = f"{dt},g{group}" if group else f"{dt},token"
-    scales = n // group if group else 1
-    return Call("per_token_cast_fp8", key, (m, n, m, n, m, scales), f"x[{m}, {n}]", (use,))
+    return _from_schema("per_token_cast_fp8", key, use, M=m, N=n, G=n // group if group else 1)
 
 
 def topk_gate(scoring: str, m: int, e: int, k: int, use: str = "") -> Call:
     return _from_schema("topk_gate", f"fp32,{scoring}", use, T=m, E=e, K=k)
+
+
+def top2_sum_gate(m: int, e: int, k: int, use: str = "") -> Call:
+    """The router of DeepSeek-V3 and the like (its shared experts run as their own MLP)."""
+    return _from_schema("top2_sum_gate", "fp32,sigmoid", use, M=m, E=e, P=k)
 
 
 def moe_expand(key: str, t: int, h: int, k: int, e: int, use: str = "") -> Call:

@@ -20,7 +20,8 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
   of size ``M`` = their product), or for outputs any integer expression over names (``N // 128``).
   The first input that mentions a name binds it; every later use must agree.
 * a dtype is a dtype variable (its allowed short names in `dtypes`; the first input holding it
-  picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32``.
+  picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32`` (and,
+  for ops that only move bits, ``e5m2 i8 i16 bool``).
 * `key` formats the dispatch key from the dtype variables (and `extra` fields the wrapper passes).
 * inputs may also use an expression over sizes bound before them (``x_scale[T, H // 128]``).
 * an optional output follows an optional input: ``x_sorted_scale?[P, H // 128]: fp32 if x_scale``
@@ -28,14 +29,21 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
   input: ``{"x_scale": ("X", "e4m3", None)}`` (the kernel of dtype variable X = e4m3 takes it,
   and bind requires it there and refuses it elsewhere), ``{"weights": ("mode", "weighted",
   "sum")}`` (key field `mode` is "weighted" with it, "sum" without).
-* `sizes` are the rules for dims no input binds (``{"P": "T * K + E * (alignment - 1)"}``): the
-  wrapper passes the public sizes they use (``bind(args, E=e, alignment=a)``).
+* `sizes` are the rules for dims no input binds (``{"P": "T * K + E * (A - 1)"}``, ``{"P":
+  "K + S"}``): the wrapper passes the public sizes they use (``bind(args, E=e, A=a)``), and
+  `public` names those arguments (``{"E": "num_experts"}``) so that the torch fake reads them.
+* `keyed` (optional): what a dispatch key fixes that no input binds, ``key -> {name: value}``:
+  a size as an int or an expression over the bound sizes (``{"G": "N // 128"}`` for g128
+  scales, ``{"G": 1}`` per token), a dtype variable as a short name (``{"S": "u8"}``). The
+  checked path applies it with `fix`; `example_shapes`, the fake and `check_signature` read it.
+* `key_of` (optional): the dispatch key of a call from its public arguments, unchecked (torch's
+  fake sees no key); it may return ``(schema, key)`` for a call another schema serves.
 * scratch tensors (``scratch work[T * K]: i32``) share one workspace the wrapper allocates
   (`workspace`): each starts on a 16-byte boundary; `workspace_size` is its size in bytes.
 * `fields` names the spec-key field of a dtype variable where it is not ``T -> dtype`` (the
-  build-time check reads the dtype there); `public` the public arguments that give sizes or
-  dtypes no input binds (for the torch fake); `order` is the public output order (``out=`` and the
-  returned tuple) where it is not the kernel's; `backward` names the op computing the gradient.
+  build-time check reads the dtype there); `public` also names the public argument giving a
+  dtype no input binds (for the torch fake); `order` is the public output order (``out=`` and
+  the returned tuple) where it is not the kernel's; `backward` names the op computing the gradient.
 
 From it come: the checked path's mechanical checks (`bind`: dtype by key, ranks, tied dims, device,
 contiguity, alignment, int32 range; `outputs`: allocation or `out=` checks, overlap), the launch
@@ -48,6 +56,7 @@ imports this module to check traces, and `import tileaot` must not import torch.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -66,9 +75,18 @@ LITERALS = {
     "e4m3": ("float8_e4m3fn", "float8_e4m3fn"),
     "u8": ("uint8", "uint8"),
     "i32": ("int32", "int32"),
+    # dtypes only moved, never computed on (transpose serves them with the kernel of their width)
+    "e5m2": ("float8_e5m2", "float8_e5m2"),
+    "i8": ("int8", "int8"),
+    "i16": ("int16", "int16"),
+    "bool": ("bool", "bool"),
 }
 _TVM = {short: tvm for short, (_, tvm) in LITERALS.items()}
-_ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "u8": 1, "i32": 4}
+_ITEMSIZE = {
+    "bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "u8": 1, "i32": 4,
+    "e5m2": 1, "i8": 1, "i16": 2, "bool": 1,
+}  # fmt: skip
+_BY_ATTR = {attr: short for short, (attr, _) in LITERALS.items()}
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _NO_OPTIONAL: frozenset = frozenset()
 
@@ -99,7 +117,13 @@ class Dim:
             return int(self.text)
         if self.name is not None:
             return self.factor * dims[self.name]
-        return int(eval(self.text, {"__builtins__": {}}, dict(dims)))  # noqa: S307 - our grammar
+        return int(eval(_code(self.text), {"__builtins__": {}}, dict(dims)))  # noqa: S307
+
+
+@functools.cache
+def _code(expr: str) -> Any:
+    """A size expression of the grammar, compiled once (`Dim.value` runs on checked calls)."""
+    return compile(expr, "<tileaot size>", "eval")
 
 
 class Bound(NamedTuple):
@@ -173,6 +197,8 @@ class OpSchema:
     dtypes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     key: str = "{T}"
     example: Mapping[str, int] = field(default_factory=dict)
+    keyed: Callable[[str], Mapping[str, int | str]] | None = None
+    key_of: Callable[[Mapping[str, Any]], Any] | None = None
     tensors: tuple[TensorSpec, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()
     fields: Mapping[str, str] = field(default_factory=dict)  # dtype variable -> spec-key field
@@ -216,6 +242,8 @@ class OpSchema:
         self._outputs_by: dict[frozenset, Callable] = {}
         self._sizes: Callable | None = None
         self._workspace: Callable | None = None
+        self._given_names = self.given_names()
+        self._keyed: dict[str, tuple] = {}  # key -> what `keyed` fixes, parsed
         # The short path's output bits: bit i set for each tensor (kernel order) the kernel
         # writes. A plain attribute: the ops read it on every call.
         self.writes = sum(1 << i for i, t in enumerate(self.tensors) if t.role != "in")
@@ -303,12 +331,14 @@ class OpSchema:
             if len(t.dims) >= 2
         )
         bound = {n for t in shown for d in t.dims for n in _NAME.findall(d.text)}
-        extra = [n for n in self.given_names() if n not in bound and n in dims]
+        keyed = self.keyed(key) if self.keyed is not None and key is not None else {}
+        extra = [n for n in self.given_names() if n not in bound and n not in keyed and n in dims]
         # named as the caller passes them: "num_experts=256" rather than "E=256"
         return text + "".join(f", {self.public.get(n, n)}={dims[n]}" for n in extra)
 
     def given_names(self) -> tuple[str, ...]:
-        """The sizes no input binds and no rule gives: the wrapper passes them to `bind`."""
+        """The sizes no input binds and no rule gives: the wrapper passes them to `bind` (or a
+        key fixes them: `keyed`)."""
         bound = {d.name for t in self.inputs for d in t.dims if d.name}
         used = [n for t in self.tensors for d in t.dims for n in _NAME.findall(d.text)]
         used += [n for e in self.sizes.values() for n in _NAME.findall(e)]
@@ -316,8 +346,33 @@ class OpSchema:
 
     def example_shapes(self, key: str) -> tuple[str, tuple[int, ...]]:
         """A typical call for `python -m tileaot info`: its description and flat shapes, from
-        the schema's `example` sizes."""
-        return self.describe(self.example, key), self.flat(self.example, key)
+        the schema's `example` sizes (and what `keyed` fixes for `key`)."""
+        dims, _ = self.key_facts(key, self.example)
+        return self.describe(dims, key), self.flat(dims, key)
+
+    def key_facts(self, key: str | None, dims: Mapping[str, Any]) -> tuple[dict, dict]:
+        """`dims` plus the sizes `keyed` fixes for `key`, and the dtype variables it fixes."""
+        sizes, picked = dict(dims), {}
+        if self.keyed is not None and key is not None:
+            facts = self._keyed.get(key)
+            if facts is None:  # parsed once per key: the checked path calls this every time
+                facts = self._keyed[key] = tuple(
+                    (n, v if n in self.dtypes or not isinstance(v, str) else Dim.parse(v))
+                    for n, v in self.keyed(key).items()
+                )
+            for name, v in facts:
+                if name in self.dtypes:
+                    picked[name] = v
+                else:
+                    sizes[name] = v.value(sizes) if isinstance(v, Dim) else v
+        return sizes, picked
+
+    def fix(self, bound: Bound, key: str) -> None:
+        """Add what `keyed` fixes for dispatch key `key` to a checked call's `bound` (its
+        output-only sizes and dtypes), so that `outputs` and `launch` see them."""
+        dims, picked = self.key_facts(key, bound.dims)
+        bound.dims.update(dims)
+        bound.picked.update(picked)
 
     def writes_of(self, given: frozenset = frozenset()) -> int:
         """The short path's output bits for a call with the optional inputs `given`: bit i for
@@ -357,7 +412,8 @@ class OpSchema:
         """Check the input tensors (`args`: API name -> tensor or None for optional ones):
         dtypes, ranks, tied dims, then device and layout. Raises TypeError/ValueError naming
         the argument. `given`: the sizes no input binds (`given_names`, from the public
-        scalars); the size rules (`sizes`) are applied after.
+        scalars); the size rules (`sizes`) are applied after (without `given`, only where
+        they need none: see `complete`).
 
         Straight-line code generated for this schema (`_compile_bind`) checks a valid call with
         one condition per rule; any failure reruns `bind_checked`, the rule-by-rule version
@@ -372,7 +428,9 @@ class OpSchema:
             if fn is None:
                 fn = self._bind = _compile_bind(self)
         b = fn(args)
-        if given or self.sizes:  # b.dims is this call's own dict
+        # b.dims is this call's own dict. Rules over sizes the wrapper passes wait for them: a
+        # wrapper that checks its public arguments after `bind` adds them, then `complete`s.
+        if given or (self.sizes and not self._given_names):
             b.dims.update(given)
             self.complete(b.dims)
         return b
@@ -390,7 +448,7 @@ class OpSchema:
             elif spec.dtype in first:
                 _validate.same_dtype(spec.api, t, *first[spec.dtype])
             else:
-                picked[spec.dtype] = _dtype_key(spec.api, t, self.dtypes[spec.dtype])
+                picked[spec.dtype] = _pick_dtype(spec.api, t, self.dtypes[spec.dtype])
                 first[spec.dtype] = (spec.api, t)
         self._check_selected(args, picked, first)
         dims: dict[str, int] = {}
@@ -436,8 +494,27 @@ class OpSchema:
             raise ValueError(f"{spec.api} must have shape {self._expected(spec, dims)}; got {got}")
         tail = shape[len(shape) - len(fixed) :]
         before = dict(dims)  # what other tensors bound: the sizes a message may fill in
-        if spec.lead:
-            dims.setdefault(spec.dims[0].name, math.prod(shape[: len(shape) - len(fixed)]))
+        if spec.lead:  # the leading dims' product binds (or must equal) the *M size
+            name, rows = spec.dims[0].name, math.prod(shape[: len(shape) - len(fixed)])
+            if dims.setdefault(name, rows) != rows:
+                by, by_shape = binder.get(name, (None, None))
+                by_spec = next((s for s in self.inputs if s.api == by and s.lead), None)
+                # that tensor's leading dims, then this one's own: "(4, NG)" for scale of q (4, 16)
+                lead = ["..."]
+                if by_spec is not None:
+                    lead = by_shape[: len(by_shape) - len(by_spec.dims) + 1]
+                filled = [
+                    d.text if _maybe_value(d, before) is None else str(d.value(before))
+                    for d in fixed
+                ]
+                parts = [*map(str, lead), *filled]
+                want = f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+                match = f" to match {by} {by_shape}" if by else ""
+                raise ValueError(
+                    f"{spec.api} must have shape {want}{match} (leading dims of {dims[name]} "
+                    f"elements); got {shape}"
+                )
+            binder.setdefault(name, (spec.api, shape))
         for i, (d, v) in enumerate(zip(fixed, tail, strict=True)):
             axis = i - len(fixed) if spec.lead else i
             if d.text.isdigit():
@@ -539,10 +616,17 @@ class OpSchema:
         None: an optional output)."""
         return tuple(s.api + "?" * s.optional for s in self.public_outs())
 
-    def fake(self, inputs: Mapping[str, Any], fw: Any, args: Mapping[str, Any] = {}) -> tuple:  # noqa: B006
+    def fake(
+        self,
+        inputs: Mapping[str, Any],
+        fw: Any,
+        key: str | None = None,
+        args: Mapping[str, Any] = {},  # noqa: B006
+    ) -> tuple:
         """Empty stand-ins of the outputs for torch's fake tensors (symbolic sizes welcome):
-        shapes from the inputs' dims and the public arguments `args` (`public`), dtypes from
-        the schema; None for an optional output whose input is absent; no checks."""
+        shapes from the inputs' dims, the public arguments `args` (`public`, then the `sizes`
+        rules) and what `keyed` fixes for `key`; dtypes from the schema; None for an optional
+        output whose input is absent; no checks."""
         picked: dict[str, str] = {}
         dims: dict[str, Any] = {}
         lead: tuple = ()
@@ -553,7 +637,7 @@ class OpSchema:
                 continue
             like = like if like is not None else t
             if spec.dtype not in LITERALS and spec.dtype not in picked:
-                picked[spec.dtype] = _short_of(t.dtype)
+                picked[spec.dtype] = short_of(t.dtype)
             shape = tuple(t.shape)
             fixed = spec.dims[1:] if spec.lead else spec.dims
             tail = shape[len(shape) - len(fixed) :]
@@ -566,9 +650,11 @@ class OpSchema:
         for name, arg in self.public.items():
             if name in self.dtypes:  # (argument, the dtype variable it defaults to)
                 value = args.get(arg[0])
-                picked[name] = picked[arg[1]] if value is None else _short_of(value)
+                picked[name] = picked[arg[1]] if value is None else short_of(value)
             else:
                 dims[name] = args[arg]
+        dims, fixed_dtypes = self.key_facts(key, dims)
+        picked.update(fixed_dtypes)
         dims = self.complete(dims)
         given = frozenset(n for n in self._optional if inputs.get(n) is not None)
         return tuple(
@@ -581,21 +667,37 @@ class OpSchema:
             for s in self.public_outs()
         )
 
-    def check_signature(self, params: list[dict], key: Mapping[str, str], spec: Mapping) -> None:
+    def check_signature(
+        self,
+        params: list[dict],
+        key: Mapping[str, str],
+        spec: Mapping,
+        key_string: str | None = None,
+    ) -> None:
         """Compare a traced kernel signature (`build_tools.trace.Signature.params` as dicts)
         with the schema: names, order, kinds, ranks, dtypes for this key, and every fixed or
-        specialised dim. ValueError naming the op and the first mismatch."""
+        specialised dim. `key_string` is the key's dispatch-key string (`KernelSpec.key_string`;
+        by default spelled from `key`). ValueError naming the op and the first mismatch."""
         tensors = self.present(self._given_by_spec_key(key))
         want = [(t.name, "tensor") for t in tensors] + [(n, "scalar") for n, _ in self.scalars]
         got = [(p["name"], p["kind"]) for p in params]
         if want != got:
             raise ValueError(f"{self.op}: kernel parameters {got} differ from the schema's {want}")
         values = {**{k: v for k, v in spec.items() if isinstance(v, int)}}
+        fixed = {} if self.keyed is None else self.keyed(key_string or _key_string(key))
+        for name, v in fixed.items():
+            if name not in self.dtypes:  # a size: known where it is a number or its names are
+                size = _maybe_value(Dim.parse(v), values) if isinstance(v, str) else v
+                if size is not None:
+                    values[name] = size
         for t, p in zip(tensors, params, strict=False):
             where = f"{self.op} ({dict(key)}, {dict(spec) or 'generic'}): tensor {t.name}"
             if len(p["shape"]) != len(t.dims):
                 raise ValueError(f"{where} has rank {len(p['shape'])}, the schema {len(t.dims)}")
-            dtype = _TVM.get(t.dtype) or _TVM[_dtype_short(key, t.dtype, self.fields)]
+            short = t.dtype if t.dtype in LITERALS else fixed.get(t.dtype)
+            if short not in _TVM:
+                short = _dtype_short(key, t.dtype, self.fields)
+            dtype = _TVM[short]
             if p["dtype"] != dtype:
                 raise ValueError(f"{where} has dtype {p['dtype']}, the schema {dtype}")
             for d, k in zip(t.dims, p["shape"], strict=True):
@@ -610,6 +712,19 @@ class OpSchema:
         for (name, ctype), p in zip(self.scalars, params[len(tensors) :], strict=True):
             if p["dtype"] != ctype:
                 raise ValueError(f"{self.op}: scalar {name} is {p['dtype']}, the schema {ctype}")
+        # `key` spells the dispatch key (the C++ header builds it so): it must be the kernel's.
+        fields = {}
+        for _, name, _, _ in string.Formatter().parse(self.key):
+            if name in self.dtypes:
+                fields[name] = fixed.get(name) or _dtype_short(key, name, self.fields)
+            elif name:
+                fields[name] = _BY_ATTR.get(key.get(name), key.get(name))
+        spelled, want_key = self.key.format(**fields), key_string or _key_string(key)
+        if spelled != want_key:
+            raise ValueError(
+                f"{self.op}: the schema's key {self.key!r} spells {spelled!r} for the kernel's "
+                f"key {want_key!r}"
+            )
 
 
 def _shown(d: Dim, dims: Mapping[str, int]) -> str:
@@ -638,44 +753,48 @@ def _dtype_short(key: Mapping[str, str], var: str, fields: Mapping[str, str] = {
     raise ValueError(f"no dtype for variable {var} in key {dict(key)}")
 
 
+def _key_string(key: Mapping[str, str]) -> str:
+    """A spec key's dispatch-key string ("bf16,g128"), as kernels_py.spec.KernelSpec spells it."""
+    return ",".join(_BY_ATTR.get(v, v) for v in key.values())
+
+
+def _pick_dtype(name: str, t: Any, supported: tuple[str, ...]) -> str:
+    """The short dtype name of tensor `t`, which must be one of `supported` (as
+    `_validate.dtype_key` says it, for any literal dtype)."""
+    _validate.require_tensor(name, t)
+    short = _BY_ATTR.get(str(t.dtype).removeprefix("torch."))
+    if short not in supported:
+        prefix = "" if type(t) is _validate.Array else "torch."
+        names = ", ".join(prefix + LITERALS[k][0] for k in supported)
+        raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {names}")
+    return short
+
+
+class _ShortNames(dict):
+    """dtype object (torch's or DLPack's) -> short name, or None; filled on first sight."""
+
+    def __missing__(self, dtype: Any) -> str | None:
+        short = self[dtype] = _BY_ATTR.get(str(dtype).removeprefix("torch."))
+        return short
+
+
 def _short(dtype: str, picked: Mapping[str, str]) -> str:
     return dtype if dtype in LITERALS else picked[dtype]
 
 
-def _short_of(dtype: Any) -> str:
-    name = str(dtype).removeprefix("torch.")
-    for short, (attr, _) in LITERALS.items():
-        if name == attr:
-            return short
-    raise TypeError(f"unsupported dtype {dtype}")
+def short_of(dtype: Any) -> str:
+    """The short name of a torch or DLPack dtype ("bf16"); TypeError for one not in LITERALS."""
+    short = _BY_ATTR.get(str(dtype).removeprefix("torch."))
+    if short is None:
+        raise TypeError(f"unsupported dtype {dtype}")
+    return short
 
 
 def _literal_dtype(name: str, t: Any, short: str) -> None:
-    _dtype_key(name, t, (short,))
-
-
-_SHORTS: dict[Any, str] = {}  # dtype object (torch's or an Array's) -> short name
-
-
-def _short_cached(dtype: Any) -> str | None:
-    """The short name of a dtype (None if no literal has it), cached by the dtype object."""
-    attr = str(dtype).removeprefix("torch.")
-    short = next((k for k, (a, _) in LITERALS.items() if a == attr), None)
-    if short is not None:
-        _SHORTS[dtype] = short
-    return short
-
-
-def _dtype_key(name: str, t: Any, supported: tuple[str, ...]) -> str:
-    """`_validate.dtype_key` over every literal dtype (fp8, integers too): the short name of
-    `t`'s dtype, which must be one of `supported`; TypeError naming `name` otherwise."""
     _validate.require_tensor(name, t)
-    short = _SHORTS.get(t.dtype) or _short_cached(t.dtype)
-    if short not in supported:
-        prefix = "torch." if str(t.dtype).startswith("torch.") else ""
-        names = ", ".join(prefix + LITERALS[k][0] for k in supported)
-        raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {names}")
-    return short
+    if str(t.dtype).removeprefix("torch.") != LITERALS[short][0]:
+        prefix = "" if type(t) is _validate.Array else "torch."
+        raise TypeError(f"{name} has dtype {t.dtype}; it must be {prefix}{LITERALS[short][0]}")
 
 
 def _compile_launcher(schema: OpSchema, given: frozenset) -> Callable:
@@ -786,7 +905,7 @@ def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
                 f"    if not ({' and '.join(types)}):\n        return schema.bind_checked(args)"
             )
             types = []
-            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORTS.get(d{i}) or short(d{i})")
+            lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORT[d{i}]")
     for name, (var, value, *_) in schema.select.items():  # x_scale iff X is e4m3
         if var in picked:
             conds.append(f"{picked[var]} {'==' if name in given else '!='} {value!r}")
@@ -801,6 +920,11 @@ def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
         if t.lead and t.dims[0].name not in dims:
             dims[t.dims[0].name] = f"prod(s{i}[:len(s{i}) - {n}])"
             dims["__lead__"] = f"s{i}[:len(s{i}) - {n}]"
+        elif t.lead:  # a size bound before: these leading dims must match it
+            checks.append(
+                f"    if prod(s{i}[:len(s{i}) - {n}]) != {dims[t.dims[0].name]}:\n"
+                "        return schema.bind_checked(args)"
+            )
         for j, d in enumerate(fixed):
             item = f"s{i}[{j - n}]" if t.lead else f"s{i}[{j}]"
             if d.text.isdigit():
@@ -821,9 +945,9 @@ def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
                 checks.append(
                     f"    if {item} % {d.factor}:\n        return schema.bind_checked(args)"
                 )
-            if d.name in dims:
+            if d.name in dims:  # its binding expression: a *M size is assigned only at the end
                 checks.append(
-                    f"    if {size} != {d.name}:\n        return schema.bind_checked(args)"
+                    f"    if {size} != {dims[d.name]}:\n        return schema.bind_checked(args)"
                 )
             else:
                 dims[d.name] = size
@@ -853,8 +977,7 @@ def _exec(src: str, schema: OpSchema, name: str) -> Callable:
         "Bound": Bound,
         "prod": math.prod,
         "check_memory": _validate.check_memory,
-        "SHORTS": _SHORTS,
-        "short": _short_cached,
+        "SHORT": _ShortNames(),
         "A": _arrays,  # A.Tensor, A._torch: torch's, once the first torch tensor was seen
     }
     exec(compile(src, f"<tileaot {name} {schema.op}>", "exec"), scope)  # noqa: S102
@@ -908,13 +1031,9 @@ def _compile_outputs(schema: OpSchema, given: frozenset) -> Callable:
         lines.append(f"    given = tuple(out)\n    names = {names!r}")
     for i in range(len(outs)):
         lines.append(f"    check_out(names[{i}], given[{i}], dt{i}, sh{i}, b.device)")
-    ins = tuple(t.api for t in schema.inputs)
-    if any(t.optional for t in schema.inputs):
-        lines.append("    ins = tuple(n for n, t in inputs.items() if t is not None)")
-        lines.append("    check_no_overlap(names, given, ins, tuple(inputs[n] for n in ins))")
-    else:
-        vals = "".join(f"inputs[{n!r}], " for n in ins)
-        lines.append(f"    check_no_overlap(names, given, {ins!r}, ({vals}))")
+    ins = tuple(t.api for t in schema.inputs if not t.optional or t.api in given)
+    vals = "".join(f"inputs[{n!r}], " for n in ins)
+    lines.append(f"    check_no_overlap(names, given, {ins!r}, ({vals}))")
     lines.append("    return given")
     scope = {
         "LIMIT": _validate.INT32_LIMIT,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
+from ._schema import OpSchema, short_of
 
 if TYPE_CHECKING:
     import torch
@@ -13,6 +14,43 @@ if TYPE_CHECKING:
 _OP = "cast_back_fp8"
 GROUP = 128  # g128 group width and block128 block side
 LAYOUTS = ("g128", "token", "block128")
+# The scale's shape [R, C] under each layout, over q's [M, N].
+_SCALE_DIMS = {
+    "g128": {"R": "M", "C": f"N // {GROUP}"},
+    "token": {"R": "M", "C": 1},
+    "block128": {"R": f"(M + {GROUP - 1}) // {GROUP}", "C": f"(N + {GROUP - 1}) // {GROUP}"},
+}
+
+
+def _by_key(key: str) -> dict[str, int | str]:
+    """A key "bf16,g128" fixes the out dtype and the scale's shape (its layout's)."""
+    out, _, layout = key.partition(",")
+    return {"Out": out, **_SCALE_DIMS.get(layout, {})}
+
+
+def _key_of(args: dict) -> Any:
+    """The key of a call for torch's fake: the out dtype is all its outputs need (the layout
+    changes no output); packed FP4 q goes to the FP4 schema."""
+    out_dtype = args["out_dtype"]
+    out = "bf16" if out_dtype is None else short_of(out_dtype)
+    if short_of(args["q"].dtype) != "u8":
+        return out
+    from ._cast_back_fp4 import SCHEMA as FP4
+
+    scale_format = "ue8m0" if short_of(args["scale"].dtype) == "u8" else "e4m3"
+    return FP4, f"{out},g{args['group_size']},{scale_format}"
+
+
+SCHEMA = OpSchema(
+    _OP,
+    "q[M, N]: e4m3, scale[R, C]: fp32 -> x[M, N]: Out as out",
+    dtypes={"Out": ("bf16", "fp32")},
+    key="{Out},{layout}",
+    keyed=_by_key,
+    key_of=_key_of,
+    example={"M": 4096, "N": 7168},
+)
+_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 # The kernel's CTA owns 32 rows (kernels_py/quant/cast_back_fp8.py TILE_ROWS) and gridDim.y
 # stops at 65535: taller inputs are cut into launches of at most 65535 * 32 rows, rounded down
 # to a multiple of 128 (whole scale blocks).
@@ -20,8 +58,7 @@ _ROWS_PER_LAUNCH = 65535 * 32 // GROUP * GROUP
 _FP4_MODULE = __name__.rpartition(".")[0] + "._cast_back_fp4"
 # out dtype -> key name: DLPack dtypes now, torch's added on first use (torch is imported lazily)
 _OUT_SHORT: dict[Any, str] = {_arrays.DTYPES["bfloat16"]: "bf16", _arrays.DTYPES["float32"]: "fp32"}
-_KEYS = {(o, lay): f"{o},{lay}" for o in ("bf16", "fp32") for lay in LAYOUTS}
-_WRITES_X = 0b100  # `_lib.fast`: tensors (q, scale, x), x written
+_KEYS = {(o, lay): f"{o},{lay}" for o in SCHEMA.dtypes["Out"] for lay in LAYOUTS}
 
 
 def cast_back(
@@ -115,7 +152,7 @@ def cast_back(
                 lay = "g128" if s_cols * GROUP == n else "token"
         dt = _arrays._torch.bfloat16 if out_dtype is None else out_dtype
         x = q.new_empty(m, n, dtype=dt) if out is None else out
-        if _lib.fast((_OP, dt, lay), (q, scale, x), (), _WRITES_X):
+        if _lib.fast((_OP, dt, lay), (q, scale, x), (), _WRITES):
             return x
     elif type(q) is not _arrays.Tensor and _arrays.foreign(q):
         return _arrays.call(cast_back, locals())
@@ -129,49 +166,35 @@ def cast_back(
         raise TypeError(
             f"q has dtype {q.dtype}; supported: torch.float8_e4m3fn, torch.uint8 (packed FP4)"
         )
-    _validate.require_tensor("scale", scale)
-    if scale.dtype is not fw.float32:
-        raise TypeError(f"scale has dtype {scale.dtype}; FP8 q takes torch.float32 scales")
+    inputs = {"q": q, "scale": scale}
+    bound = SCHEMA.bind(inputs)
     out_key = _OUT_SHORT.get(out_dtype) if isinstance(out_dtype, fw.dtype) else None
     if out_key is None:
         out_key = _out_key(fw, out_dtype)
-    if q.dim() != 2 or scale.dim() != 2:
-        raise ValueError(
-            f"q must be 2-D [M, N] and scale 2-D; got q {tuple(q.shape)}, "
-            f"scale {tuple(scale.shape)}"
-        )
-    m, n = q.shape
+    m, n = bound.dims["M"], bound.dims["N"]
     layout = _layout(m, n, tuple(scale.shape), layout, group_size)
-    device = _validate.check_memory(("q", "scale"), (q, scale))
-    if out is None:
-        x = q.new_empty(m, n, dtype=out_dtype)
-    else:
-        _validate.check_out("out", out, out_dtype, (m, n), device)
-        _validate.check_no_overlap(("out",), (out,), ("q", "scale"), (q, scale))
-        x = out
+    key = _KEYS[out_key, layout]
+    SCHEMA.fix(bound, key)
+    (x,) = SCHEMA.outputs(fw, q, bound, out, inputs)
     if m == 0 or n == 0:
         return x
-    handle = _lib.handle(_OP, _KEYS[out_key, layout])
-    stream = _lib.current_stream(device)
+    if m <= _ROWS_PER_LAUNCH:
+        handle = SCHEMA.launch(key, bound.device, (q, scale, x), (), bound.dims)
+        if type(q) is _arrays.Tensor:  # one launch over (q, scale, x): what the short path passes
+            _lib.learn((_OP, out_dtype, layout), handle)
+        return x
+    # Row slices of whole scale blocks, by pointer offsets (DLPack views cannot be sliced).
+    handle, native, dims = _lib.handle(_OP, key), _lib.native(), bound.dims
+    stream = _lib.current_stream(bound.device)
     q_ptr, s_ptr, x_ptr = q.data_ptr(), scale.data_ptr(), x.data_ptr()
-    s_rows, s_cols = scale.shape
-    row_bytes = n * x.element_size()
+    row_bytes, scale_row_bytes = n * x.element_size(), dims["C"] * 4
     for r0 in range(0, m, _ROWS_PER_LAUNCH):  # one launch unless M > 2,097,024
         rows = min(m - r0, _ROWS_PER_LAUNCH)
-        if layout == "block128":
-            s_first, s_rows = r0 // GROUP, -(-rows // GROUP)
-        else:
-            s_first, s_rows = r0, rows
-        _lib.native().launch(
-            handle,
-            device,
-            stream,
-            (q_ptr + r0 * n, s_ptr + s_first * s_cols * 4, x_ptr + r0 * row_bytes),
-            (rows, n, s_rows, s_cols, rows, n),
-            (),
-        )
-    if type(q) is _arrays.Tensor and m <= _ROWS_PER_LAUNCH:  # one launch over (q, scale, x)
-        _lib.learn((_OP, out_dtype, layout), handle)
+        block = layout == "block128"
+        s_first, s_rows = (r0 // GROUP, -(-rows // GROUP)) if block else (r0, rows)
+        ptrs = (q_ptr + r0 * n, s_ptr + s_first * scale_row_bytes, x_ptr + r0 * row_bytes)
+        shapes = SCHEMA.flat({**dims, "M": rows, "R": s_rows})
+        native.launch(handle, bound.device, stream, ptrs, shapes, ())
     return x
 
 
@@ -242,8 +265,4 @@ def _fp4(q, scale, layout, group_size, out_dtype, out):
     return cast_back_fp4(q, scale, group_size=group_size, out_dtype=out_dtype, out=out)
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    layout = key.rpartition(",")[2]
-    scale = {"g128": (4096, 56), "token": (4096, 1), "block128": (32, 56)}[layout]
-    return f"q[4096, 7168], scale {list(scale)}", (4096, 7168, *scale, 4096, 7168)
+example_shapes = SCHEMA.example_shapes

@@ -5,18 +5,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _lib
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "per_block_cast_fp8"
-_DTYPES = ("bf16", "fp16", "fp32")
 BLOCK = 128  # the scale block: BLOCK x BLOCK elements of x share one scale
+_BLOCKS = f"(M + {BLOCK - 1}) // {BLOCK}, (N + {BLOCK - 1}) // {BLOCK}"
+SCHEMA = OpSchema(
+    _OP,
+    f"x[M, N]: T -> q[M, N]: e4m3, scale[{_BLOCKS}]: fp32; round_sf: int32",
+    dtypes={"T": ("bf16", "fp16", "fp32")},
+    example={"M": 4096, "N": 7168},
+)
+_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 # The kernel's grid has one row per 128-row block, and gridDim.y stops at 65535: taller inputs
 # are cut into launches of this many rows (a multiple of BLOCK, so blocks never straddle).
 _ROWS_PER_LAUNCH = 65535 * BLOCK
-_WRITES_Q_SCALE = 0b110  # `_lib.fast`: tensors (x, q, scale), q and scale written
 _ROUND_SF = {False: (0.0,), True: (1.0,)}  # the kernel's runtime scalar round_sf
 
 
@@ -88,50 +95,38 @@ def per_block_cast_fp8(
                 x.new_empty(m, n, dtype=torch.float8_e4m3fn),
                 x.new_empty(-(-m // BLOCK), -(-n // BLOCK), dtype=torch.float32),
             )
-        if _lib.fast((_OP, x.dtype), (x, *pair), _ROUND_SF[round_sf], _WRITES_Q_SCALE):
+        if _lib.fast((_OP, x.dtype), (x, *pair), _ROUND_SF[round_sf], _WRITES):
             return pair
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(per_block_cast_fp8, locals())
-    fw = _arrays.namespace(x)
-    dtype = _validate.dtype_key("x", x, _DTYPES)
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D [M, N]; got shape {tuple(x.shape)}")
+    bound = SCHEMA.bind({"x": x})
     if type(round_sf) is not bool:
         raise TypeError(f"round_sf must be True or False; got {type(round_sf).__name__}")
-    m, n = x.shape
-    bm, bn = -(-m // BLOCK), -(-n // BLOCK)
-    device = _validate.check_memory(("x",), (x,))
-    if out is None:
-        q = x.new_empty(m, n, dtype=fw.float8_e4m3fn)  # sizes as varargs: 1 us faster
-        scale = x.new_empty(bm, bn, dtype=fw.float32)
-    else:
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise TypeError(f"out must be a (q, scale) pair of tensors; got {type(out).__name__}")
-        q, scale = out
-        _validate.check_out("out[0] (q)", q, fw.float8_e4m3fn, (m, n), device)
-        _validate.check_out("out[1] (scale)", scale, fw.float32, (bm, bn), device)
-        _validate.check_no_overlap(("out[0] (q)", "out[1] (scale)"), (q, scale), ("x",), (x,))
-    if m == 0 or n == 0:
+    q, scale = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, {"x": x})
+    m = bound.dims["M"]
+    if m == 0 or bound.dims["N"] == 0:
         return q, scale
-    handle = _lib.handle(_OP, dtype)
-    stream = _lib.current_stream(device)
-    x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
-    row_bytes = n * x.element_size()
-    for r0 in range(0, m, _ROWS_PER_LAUNCH):  # one launch unless M > 8,388,480
-        rows = min(m - r0, _ROWS_PER_LAUNCH)
-        _lib.native().launch(
-            handle,
-            device,
-            stream,
-            (x_ptr + r0 * row_bytes, q_ptr + r0 * n, s_ptr + (r0 // BLOCK) * bn * 4),
-            (rows, n, rows, n, -(-rows // BLOCK), bn),
-            _ROUND_SF[round_sf],
+    if m <= _ROWS_PER_LAUNCH:
+        handle = SCHEMA.launch(
+            bound.picked["T"], bound.device, (x, q, scale), _ROUND_SF[round_sf], bound.dims
         )
-    if type(x) is _arrays.Tensor and m <= _ROWS_PER_LAUNCH:  # one launch over (x, q, scale)
-        _lib.learn((_OP, x.dtype), handle)
+        if type(x) is _arrays.Tensor:  # one launch over (x, q, scale): what the short path passes
+            _lib.learn((_OP, x.dtype), handle)
+        return q, scale
+    # Row slices of whole scale blocks, by pointer offsets (DLPack views cannot be sliced).
+    handle, dims = _lib.handle(_OP, bound.picked["T"]), bound.dims
+    stream, native = _lib.current_stream(bound.device), _lib.native()
+    x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
+    row_bytes, scale_row_bytes = dims["N"] * x.element_size(), scale.shape[1] * 4
+    for r0 in range(0, m, _ROWS_PER_LAUNCH):
+        ptrs = (
+            x_ptr + r0 * row_bytes,
+            q_ptr + r0 * dims["N"],
+            s_ptr + r0 // BLOCK * scale_row_bytes,
+        )
+        shapes = SCHEMA.flat({**dims, "M": min(m - r0, _ROWS_PER_LAUNCH)})
+        native.launch(handle, bound.device, stream, ptrs, shapes, _ROUND_SF[round_sf])
     return q, scale
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    return "x[4096, 7168]", (4096, 7168, 4096, 7168, 32, 56)
+example_shapes = SCHEMA.example_shapes

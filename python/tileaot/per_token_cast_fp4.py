@@ -5,18 +5,45 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _lib
+from ._schema import OpSchema, short_of
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "per_token_cast_fp4"
-_DTYPES = ("bf16", "fp16", "fp32")
 GROUP_SIZES = (16, 32)
 SCALE_FORMATS = ("ue8m0", "e4m3")
+_SCALE_DTYPE = {"ue8m0": "u8", "e4m3": "e4m3"}  # how each scale format is stored
+
+
+def _by_key(key: str) -> dict[str, int | str]:
+    """A key "bf16,g32,ue8m0" fixes the group size G and the scale dtype S."""
+    _, group, scale_format = key.split(",")
+    return {"G": int(group[1:]), "S": _SCALE_DTYPE[scale_format]}
+
+
+def _key_of(args: dict) -> str:
+    return f"{short_of(args['x'].dtype)},g{args['group_size']},{args['scale_format']}"
+
+
+SCHEMA = OpSchema(
+    _OP,
+    "x[*M, N]: T -> q[*M, N // 2]: u8, scale[*M, N // G]: S",
+    dtypes={"T": ("bf16", "fp16", "fp32"), "S": tuple(_SCALE_DTYPE.values())},
+    key="{T},{group},{scale}",
+    keyed=_by_key,
+    key_of=_key_of,
+    example={"M": 4096, "N": 7168},
+)
+_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 # Dispatch keys, spelled once so the call path does no string work.
-_KEYS = {(d, g, s): f"{d},g{g},{s}" for d in _DTYPES for g in GROUP_SIZES for s in SCALE_FORMATS}
-_WRITES_Q_SCALE = 0b110  # `_lib.fast`: tensors (x, q, scale), q and scale written
+_KEYS = {
+    (d, g, s): f"{d},g{g},{s}"
+    for d in SCHEMA.dtypes["T"]
+    for g in GROUP_SIZES
+    for s in SCALE_FORMATS
+}
 
 
 def per_token_cast_fp4(
@@ -105,56 +132,31 @@ def per_token_cast_fp4(
                 ),
             )
         key = (_OP, x.dtype, group_size, scale_format)
-        if _lib.fast(key, (x, *pair), (), _WRITES_Q_SCALE):
+        if _lib.fast(key, (x, *pair), (), _WRITES):
             return pair
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(per_token_cast_fp4, locals())
-    fw = _arrays.namespace(x)
-    dtype = _validate.dtype_key("x", x, _DTYPES)
+    bound = SCHEMA.bind({"x": x})
     if type(group_size) is not int:
         group_size = _int_arg("group_size", group_size)
     if type(scale_format) is not str:
         raise TypeError(f"scale_format must be a str, got {type(scale_format).__name__}")
-    shape = x.shape
-    if not shape:
-        raise ValueError("x must have shape (..., N); got a 0-d tensor")
-    n = shape[-1]
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size must be 16 or 32; got {group_size}")
     if scale_format not in SCALE_FORMATS:
         raise ValueError(f"scale_format must be 'ue8m0' or 'e4m3'; got {scale_format!r}")
+    n = bound.dims["N"]
     if n % group_size:
         raise ValueError(
             f"group_size={group_size} must divide the last dimension, but x has N = {n}; pad "
             "the rows to a multiple of the group size"
         )
-    device = _validate.check_memory(("x",), (x,))
-    q_shape = (*shape[:-1], n // 2)
-    s_shape = (*shape[:-1], n // group_size)
-    s_dtype = fw.uint8 if scale_format == "ue8m0" else fw.float8_e4m3fn
-    if out is None:
-        q = x.new_empty(q_shape, dtype=fw.uint8)
-        scale = x.new_empty(s_shape, dtype=s_dtype)
-    else:
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise TypeError(f"out must be a (q, scale) pair of tensors; got {type(out).__name__}")
-        q, scale = out
-        _validate.check_out("out[0] (q)", q, fw.uint8, q_shape, device)
-        _validate.check_out("out[1] (scale)", scale, s_dtype, s_shape, device)
-        _validate.check_no_overlap(("out[0] (q)", "out[1] (scale)"), (q, scale), ("x",), (x,))
-    numel = x.numel()
-    if numel == 0:
+    key = _KEYS[bound.picked["T"], group_size, scale_format]
+    SCHEMA.fix(bound, key)
+    q, scale = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, {"x": x})
+    if x.numel() == 0:
         return q, scale
-    m = numel // n
-    handle = _lib.handle(_OP, _KEYS[dtype, group_size, scale_format])
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (x.data_ptr(), q.data_ptr(), scale.data_ptr()),
-        (m, n, m, n // 2, m, n // group_size),
-        (),
-    )
+    handle = SCHEMA.launch(key, bound.device, (x, q, scale), (), bound.dims)
     if type(x) is _arrays.Tensor and x.dim() == 2:  # launched (x, q, scale): these shapes
         _lib.learn((_OP, x.dtype, group_size, scale_format), handle)
     return q, scale
@@ -167,7 +169,4 @@ def _int_arg(name: str, value: Any) -> int:
     return int(value)
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    g = 16 if ",g16," in key else 32
-    return "x[4096, 7168]", (4096, 7168, 4096, 3584, 4096, 7168 // g)
+example_shapes = SCHEMA.example_shapes

@@ -6,21 +6,42 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import _arrays, _lib, _validate
+from ._schema import OpSchema, short_of
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "per_token_cast_fp8"
-_DTYPES = ("bf16", "fp16", "fp32")
 GROUP = 128  # the one group width built; other widths are per-token only (group_size == N)
+
+
+def _scale_columns(key: str) -> dict[str, int | str]:
+    """Scales per row: one per 128 columns (g128), or one (token)."""
+    return {"G": f"N // {GROUP}"} if key.endswith(",g128") else {"G": 1}
+
+
+def _key_of(args: dict) -> str:
+    mode = "g128" if args["group_size"] == GROUP else "token"
+    return f"{short_of(args['x'].dtype)},{mode}"
+
+
+SCHEMA = OpSchema(
+    _OP,
+    "x[M, N]: T -> q[M, N]: e4m3, scale[M, G]: fp32; round_sf: int32",
+    dtypes={"T": ("bf16", "fp16", "fp32")},
+    key="{T},{group}",
+    keyed=_scale_columns,
+    key_of=_key_of,
+    example={"M": 4096, "N": 7168},
+)
+_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 # Dispatch keys by dtype, spelled once here so the call path does no string work.
-_G128 = {d: d + ",g128" for d in _DTYPES}
-_TOKEN = {d: d + ",token" for d in _DTYPES}
+_G128 = {d: d + ",g128" for d in SCHEMA.dtypes["T"]}
+_TOKEN = {d: d + ",token" for d in SCHEMA.dtypes["T"]}
 _ROUND_SF = {False: (0.0,), True: (1.0,)}  # the kernels' runtime scalar round_sf
 # g128: row tiles of 64 rows go on gridDim.y (65535 at most; kernels_py/quant/
 # per_token_cast_fp8.py MAX_ROW_TILES, TILE_ROWS), so a launch covers at most this many rows.
 _ROWS_PER_LAUNCH = 65535 * 64
-_WRITES_Q_SCALE = 0b110  # `_lib.fast`: tensors (x, q, scale), q and scale written
 
 
 def per_token_cast_fp8(
@@ -97,72 +118,58 @@ def per_token_cast_fp8(
                 x.new_empty(m, n, dtype=torch.float8_e4m3fn),
                 x.new_empty(m, n // GROUP if group_size else 1, dtype=torch.float32),
             )
-        if _lib.fast((_OP, x.dtype, group_size), (x, *pair), _ROUND_SF[round_sf], _WRITES_Q_SCALE):
+        if _lib.fast((_OP, x.dtype, group_size), (x, *pair), _ROUND_SF[round_sf], _WRITES):
             return pair
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(per_token_cast_fp8, locals())
-    fw = _arrays.namespace(x)
-    dtype = _validate.dtype_key("x", x, _DTYPES)
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D [M, N]; got shape {tuple(x.shape)}")
-    m, n = x.shape
+    bound = SCHEMA.bind({"x": x})
     if type(group_size) is not int and group_size is not None:
         group_size = _validate.optional_int("group_size", group_size)
     if type(round_sf) is not bool:
         raise TypeError(f"round_sf must be True or False; got {type(round_sf).__name__}")
+    key = _key(bound.picked["T"], bound.dims["N"], group_size)
+    SCHEMA.fix(bound, key)
+    q, scale = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, {"x": x})
+    m, n = bound.dims["M"], bound.dims["N"]
+    if m == 0 or n == 0:
+        if bound.dims["G"] and m:  # per-token scales of empty rows: defined, not garbage
+            scale.zero_()
+        return q, scale
+    scalars = _ROUND_SF[round_sf]
+    step = _ROWS_PER_LAUNCH if key.endswith(",g128") else m  # token: rows on gridDim.x
+    if m <= step:
+        handle = SCHEMA.launch(key, bound.device, (x, q, scale), scalars, bound.dims)
+        if type(x) is _arrays.Tensor and group_size in (GROUP, None):
+            # One launch over exactly (x, q, scale): what the short path passes for this key.
+            _lib.learn((_OP, x.dtype, group_size), handle)
+        return q, scale
+    # Row slices, by pointer offsets (DLPack views cannot be sliced).
+    handle, dims = _lib.handle(_OP, key), bound.dims
+    stream, native = _lib.current_stream(bound.device), _lib.native()
+    x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
+    row_bytes = n * x.element_size()
+    for r0 in range(0, m, step):  # one launch unless M > 4,194,240 (g128)
+        ptrs = (x_ptr + r0 * row_bytes, q_ptr + r0 * n, s_ptr + r0 * dims["G"] * 4)
+        shapes = SCHEMA.flat({**dims, "M": min(m - r0, step)})
+        native.launch(handle, bound.device, stream, ptrs, shapes, scalars)
+    return q, scale
+
+
+def _key(dtype: str, n: int, group_size: int | None) -> str:
+    """The dispatch key of a checked call: g128, or token for ``None`` / ``N``."""
     if group_size == GROUP:
         if n % GROUP:
             raise ValueError(
                 f"group_size={GROUP} needs N % {GROUP} == 0, but x has N = {n}; pad x or pass "
                 "group_size=None for one scale per token"
             )
-        key = _G128[dtype]
-        groups = n // GROUP
-    elif group_size is None or group_size == n:
-        key = _TOKEN[dtype]
-        groups = 1
-    else:
-        raise ValueError(
-            f"group_size={group_size} is not supported; supported: {GROUP} (needs N % {GROUP} "
-            f"== 0) or None / N (= {n}, one scale per token)"
-        )
-    device = _validate.check_memory(("x",), (x,))
-    if out is None:
-        q = x.new_empty(m, n, dtype=fw.float8_e4m3fn)  # sizes as varargs: 1 us faster
-        scale = x.new_empty(m, groups, dtype=fw.float32)
-    else:
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise TypeError(f"out must be a (q, scale) pair of tensors; got {type(out).__name__}")
-        q, scale = out
-        _validate.check_out("out[0] (q)", q, fw.float8_e4m3fn, (m, n), device)
-        _validate.check_out("out[1] (scale)", scale, fw.float32, (m, groups), device)
-        _validate.check_no_overlap(("out[0] (q)", "out[1] (scale)"), (q, scale), ("x",), (x,))
-    if m == 0 or n == 0:
-        if groups and m:  # per-token scales of empty rows: defined, not garbage
-            scale.zero_()
-        return q, scale
-    handle = _lib.handle(_OP, key)
-    stream = _lib.current_stream(device)
-    x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
-    row_bytes = n * x.element_size()
-    step = _ROWS_PER_LAUNCH if key == _G128[dtype] else m  # token: rows on gridDim.x
-    for r0 in range(0, m, step):  # one launch unless M > 4,194,240 (g128)
-        rows = min(m - r0, step)
-        _lib.native().launch(
-            handle,
-            device,
-            stream,
-            (x_ptr + r0 * row_bytes, q_ptr + r0 * n, s_ptr + r0 * groups * 4),
-            (rows, n, rows, n, rows, groups),
-            _ROUND_SF[round_sf],
-        )
-    if type(x) is _arrays.Tensor and m <= step and group_size in (GROUP, None):
-        # One launch over exactly (x, q, scale): what the short path passes for this key.
-        _lib.learn((_OP, x.dtype, group_size), handle)
-    return q, scale
+        return _G128[dtype]
+    if group_size is None or group_size == n:
+        return _TOKEN[dtype]
+    raise ValueError(
+        f"group_size={group_size} is not supported; supported: {GROUP} (needs N % {GROUP} "
+        f"== 0) or None / N (= {n}, one scale per token)"
+    )
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    groups = 7168 // GROUP if key.endswith(",g128") else 1
-    return "x[4096, 7168]", (4096, 7168, 4096, 7168, 4096, groups)
+example_shapes = SCHEMA.example_shapes

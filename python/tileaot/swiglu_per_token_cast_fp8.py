@@ -7,22 +7,28 @@ from __future__ import annotations
 import numbers
 from typing import TYPE_CHECKING, Any
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _lib
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "swiglu_per_token_cast_fp8"
-_KEY = "bf16"
 GROUP = 128  # columns of q per scale
+SCHEMA = OpSchema(
+    _OP,
+    f"x[M, 2*H]: T, weights?[M]: fp32 -> q[M, H]: e4m3, scale[M, H // {GROUP}]: fp32;"
+    " limit: float32, weighted: int32, round_sf: int32",
+    dtypes={"T": ("bf16",)},
+    example={"M": 4096, "H": 7168},
+)
 _INF = float("inf")  # the kernel's "no clamp" limit
 _FLT_MAX = 3.4028234663852886e38
 _CLAMP_MIN = 2.0**-126  # smallest normal float32: the limit must not round to 0
-# `_lib.fast`: tensors (x, weights, q, scale), q and scale written. Only calls with weights
-# take it: without, the kernel's weights slot gets x's pointer as an [M] tensor (not a view
-# the short path can pass).
+# `_lib.fast`: tensors (x, weights, q, scale). Only calls with weights take it: without, the
+# kernel's weights slot gets x's pointer as an [M] tensor (not a view the short path can pass).
 _FAST_KEY = (_OP, "weights")
-_WRITES_Q_SCALE = 0b1100
+_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 
 
 def swiglu_per_token_cast_fp8(
@@ -111,61 +117,28 @@ def swiglu_per_token_cast_fp8(
             )
         limit = _INF if clamp is None else clamp
         scalars = (limit, 1.0, 1.0 if round_sf else 0.0)
-        if _lib.fast(_FAST_KEY, (x, weights, *pair), scalars, _WRITES_Q_SCALE):
+        if _lib.fast(_FAST_KEY, (x, weights, *pair), scalars, _WRITES):
             return pair
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(swiglu_per_token_cast_fp8, locals())
-    fw = _arrays.namespace(x)
-    _validate.dtype_key("x", x, (_KEY,))
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D [M, 2H]; got shape {tuple(x.shape)}")
+    inputs = {"x": x, "weights": weights}
+    bound = SCHEMA.bind(inputs)
     if type(round_sf) is not bool:
         raise TypeError(f"round_sf must be True or False; got {type(round_sf).__name__}")
-    m, n2 = x.shape
-    h = n2 // 2
-    if n2 % (2 * GROUP):
+    h = bound.dims["H"]
+    if h % GROUP:
         raise ValueError(
             f"x must be [M, 2H] with H % {GROUP} == 0 (one scale per {GROUP} columns); it has "
-            f"{n2} columns (H = {n2 / 2:g}): pad the projections to a multiple of {GROUP}"
+            f"{2 * h} columns (H = {h}): pad the projections to a multiple of {GROUP}"
         )
-    if weights is not None:
-        _validate.require_tensor("weights", weights)
-        if weights.dtype is not fw.float32:
-            raise TypeError(f"weights has dtype {weights.dtype}; it must be torch.float32")
-        if weights.shape != (m,):
-            raise ValueError(
-                f"weights must have shape ({m},) (one per row of x); got {tuple(weights.shape)}"
-            )
-        device = _validate.check_memory(("x", "weights"), (x, weights))
-        ins, in_names = (x, weights), ("x", "weights")
-    else:
-        device = _validate.check_memory(("x",), (x,))
-        ins, in_names = (x,), ("x",)
     limit = _INF if clamp is None else _check_clamp(clamp)
-    groups = h // GROUP
-    if out is None:
-        q = x.new_empty(m, h, dtype=fw.float8_e4m3fn)
-        scale = x.new_empty(m, groups, dtype=fw.float32)
-    else:
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise TypeError(f"out must be a (q, scale) pair of tensors; got {type(out).__name__}")
-        q, scale = out
-        _validate.check_out("out[0] (q)", q, fw.float8_e4m3fn, (m, h), device)
-        _validate.check_out("out[1] (scale)", scale, fw.float32, (m, groups), device)
-        _validate.check_no_overlap(("out[0] (q)", "out[1] (scale)"), (q, scale), in_names, ins)
-    if m == 0 or h == 0:
+    q, scale = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, inputs)
+    if bound.dims["M"] == 0 or h == 0:
         return q, scale
-    # Without weights the kernel never reads its weights pointer (flag 0): pass x's.
-    w_ptr = x.data_ptr() if weights is None else weights.data_ptr()
-    handle = _lib.handle(_OP, _KEY)
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (x.data_ptr(), w_ptr, q.data_ptr(), scale.data_ptr()),
-        (m, n2, m, m, h, m, groups),
-        (limit, 0.0 if weights is None else 1.0, 1.0 if round_sf else 0.0),
-    )
+    # Without weights the kernel never reads its weights slot (weighted = 0): x fills it.
+    tensors = (x, x if weights is None else weights, q, scale)
+    scalars = (limit, 0.0 if weights is None else 1.0, 1.0 if round_sf else 0.0)
+    handle = SCHEMA.launch(bound.picked["T"], bound.device, tensors, scalars, bound.dims)
     if type(x) is _arrays.Tensor and weights is not None:  # launched (x, weights, q, scale)
         _lib.learn(_FAST_KEY, handle)
     return q, scale
@@ -184,6 +157,4 @@ def _check_clamp(value: Any) -> float:
     return value
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    return "x[4096, 2 * 7168]", (4096, 14336, 4096, 4096, 7168, 4096, 7168 // GROUP)
+example_shapes = SCHEMA.example_shapes

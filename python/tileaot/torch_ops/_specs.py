@@ -25,20 +25,17 @@ from ..engram_gate_backward import engram_gate_backward
 from ..gemm import gemm
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
-from ..per_block_cast_fp8 import BLOCK, per_block_cast_fp8
+from ..per_block_cast_fp8 import per_block_cast_fp8
 from ..per_token_cast_fp4 import per_token_cast_fp4
-from ..per_token_cast_fp8 import GROUP as TOKEN_GROUP
 from ..per_token_cast_fp8 import per_token_cast_fp8
 from ..rms_norm import rms_norm
 from ..sinkhorn_normalize import sinkhorn_normalize
 from ..sinkhorn_normalize_backward import sinkhorn_normalize_backward
 from ..swiglu import swiglu
-from ..swiglu_per_token_cast_fp8 import GROUP as SWIGLU_GROUP
 from ..swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
+from ..top2_sum_gate import top2_sum_gate
 from ..topk_gate import topk_gate
 from ..transpose import transpose
-
-FP8 = torch.float8_e4m3fn
 
 
 @dataclass(frozen=True)
@@ -71,12 +68,13 @@ _TYPES = {
 }
 
 
-def _schema_args(fn: Callable[..., Any]) -> str:
-    """The torch schema arguments of public function `fn`: its positional parameters, their
-    annotated types and defaults (keyword-only ones, ``out`` and the like, are not arguments)."""
+def _schema_args(fn: Callable[..., Any], fixed: Mapping[str, Any]) -> str:
+    """The torch schema arguments of public function `fn`: its parameters in order (keyword-only
+    ones too: the custom op forwards by name), their annotated types and defaults; not ``out``
+    nor the `fixed` ones."""
     args = []
     for p in inspect.signature(fn).parameters.values():
-        if p.kind is not p.POSITIONAL_OR_KEYWORD:
+        if p.name == "out" or p.name in fixed or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         text = f"{_TYPES[p.annotation]} {p.name}"
         if p.default is not p.empty:
@@ -89,53 +87,23 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
     """The `OpSpec` of public function `fn` whose module has a `SCHEMA` (tileaot/_schema.py):
     arguments from the function, outputs and fake from the schema."""
     schema = sys.modules[fn.__module__].SCHEMA
-    names = [p.name for p in inspect.signature(fn).parameters.values()]
-    tensors = {t.api for t in schema.inputs}
+    params = inspect.signature(fn).parameters.values()
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    names = [p.name for p in params]
 
     def fake(*args: Any) -> Any:
-        given = dict(zip(names, args, strict=False))
-        outs = schema.fake({n: given.get(n) for n in tensors}, torch, given)
+        given = {**defaults, **dict(zip(names, args, strict=False))}
+        serving, key = schema, None
+        if schema.key_of is not None:  # the key picks sizes/dtypes (or the schema) of the outputs
+            key = schema.key_of(given)
+            if isinstance(key, tuple):
+                serving, key = key
+        tensors = {t.api: given.get(t.api) for t in serving.inputs}
+        outs = serving.fake(tensors, torch, key, given)
         return outs[0] if len(outs) == 1 else outs
 
-    return OpSpec(fn, _schema_args(fn), schema.torch_outs(), fake, **extra)
-
-
-def _quantised(x: torch.Tensor, q_shape, scale_shape, scale_dtype=torch.float32):
-    return x.new_empty(q_shape, dtype=FP8), x.new_empty(scale_shape, dtype=scale_dtype)
-
-
-def _per_token_cast_fp8(x, group_size, round_sf):
-    m, n = x.shape
-    groups = n // TOKEN_GROUP if group_size == TOKEN_GROUP else 1
-    return _quantised(x, (m, n), (m, groups))
-
-
-def _per_token_cast_fp4(x, group_size, scale_format):
-    *rows, n = x.shape
-    scale_dtype = torch.uint8 if scale_format == "ue8m0" else FP8
-    q = x.new_empty((*rows, n // 2), dtype=torch.uint8)  # two E2M1 codes per byte
-    return q, x.new_empty((*rows, n // group_size), dtype=scale_dtype)
-
-
-def _per_block_cast_fp8(x, round_sf):
-    m, n = x.shape
-    return _quantised(x, (m, n), ((m + BLOCK - 1) // BLOCK, (n + BLOCK - 1) // BLOCK))
-
-
-def _cast_back(q, scale, layout, group_size, out_dtype):
-    shape = q.shape
-    if q.dtype == torch.uint8:  # packed FP4: two values per byte
-        shape = (*shape[:-1], 2 * shape[-1])
-    return q.new_empty(shape, dtype=torch.bfloat16 if out_dtype is None else out_dtype)
-
-
-def _swiglu_per_token_cast_fp8(x, weights, clamp, round_sf):
-    m, h = x.shape[0], x.shape[1] // 2
-    return _quantised(x, (m, h), (m, h // SWIGLU_GROUP))
-
-
-def _transpose(x):
-    return x.new_empty((*x.shape[:-2], x.shape[-1], x.shape[-2]))
+    fixed = extra.get("fixed", {})
+    return OpSpec(fn, _schema_args(fn, fixed), schema.torch_outs(), fake, **extra)
 
 
 def _engram_gate(h, k, v, w_h, w_k, eps):
@@ -151,37 +119,15 @@ _GRAD = ("grad_out",)
 SPECS: tuple[OpSpec, ...] = (
     _from_schema(rms_norm),
     _from_schema(gemm),
-    OpSpec(
-        per_token_cast_fp8,
-        "Tensor x, int? group_size=128, bool round_sf=False",
-        ("q", "scale"),
-        _per_token_cast_fp8,
-    ),
-    OpSpec(
-        per_token_cast_fp4,
-        "Tensor x, int group_size=32, str scale_format='ue8m0'",
-        ("q", "scale"),
-        _per_token_cast_fp4,
-    ),
-    OpSpec(
-        per_block_cast_fp8, "Tensor x, bool round_sf=False", ("q", "scale"), _per_block_cast_fp8
-    ),
-    OpSpec(
-        cast_back,
-        "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
-        "ScalarType? out_dtype=None",
-        ("out",),
-        _cast_back,
-    ),
+    _from_schema(per_token_cast_fp8),
+    _from_schema(per_token_cast_fp4),
+    _from_schema(per_block_cast_fp8),
+    _from_schema(cast_back),
     _from_schema(topk_gate),
+    _from_schema(top2_sum_gate),
     _from_schema(swiglu),
-    OpSpec(
-        swiglu_per_token_cast_fp8,
-        "Tensor x, Tensor? weights=None, float? clamp=None, bool round_sf=False",
-        ("q", "scale"),
-        _swiglu_per_token_cast_fp8,
-    ),
-    OpSpec(transpose, "Tensor x", ("out",), _transpose),
+    _from_schema(swiglu_per_token_cast_fp8),
+    _from_schema(transpose),
     _from_schema(sinkhorn_normalize),
     _from_schema(sinkhorn_normalize_backward, dense=_GRAD),
     _from_schema(moe_expand),
