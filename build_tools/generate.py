@@ -16,7 +16,7 @@ from pathlib import Path
 
 from build_tools.cache import Cache
 from build_tools.emit_cpp import emit_registry
-from build_tools.emit_ops_hpp import emit_ops_hpp
+from build_tools.emit_ops_hpp import emit_ops_hpp, emit_workspace_cpp
 from build_tools.fsutil import write_if_different
 from build_tools.matrix import ARCH_ORDER, enumerate_variants
 from build_tools.schema_check import schema_for
@@ -190,6 +190,7 @@ def write_gen(out: Path, points, traced: dict, archs, ops, tilelang_version: str
     specs = {p.spec.op: p.spec for p in points}
     schemas = [x for x in (schema_for(specs[op]) for op in sorted({r["op"] for r in rows})) if x]
     write_if_different(out / "ops.hpp", emit_ops_hpp(schemas))
+    write_if_different(out / "workspace.cpp", emit_workspace_cpp(schemas))
     from build_tools.progress import note
 
     note(f"compile-total {len(ordered)}")  # for `build_tools watch`: one "compiled" line each

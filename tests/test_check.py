@@ -185,7 +185,10 @@ def test_deepseek_v3_on_h200_is_fully_served(full):
     assert (
         picks["top2_sum_gate[fp32,sigmoid] logits[4096, 256]"] == "top2_sum_gate_fp32_sigmoid_e256"
     )
-    assert picks["moe_expand[bf16] x[4096, 7168] idx[4096, 8], E=256"] == "moe_expand_bf16_e256"
+    assert (
+        picks["moe_expand[bf16] x[4096, 7168] idx[4096, 8], num_experts=256, alignment=16"]
+        == "moe_expand_bf16_e256"
+    )
     assert picks["swiglu[bf16] x[128, 2 * 2048]"] == "swiglu_bf16_h2048"  # 4096 * 8 / 256 rows
     assert picks["gemm[bf16] a[128, 2048] b[7168, 2048]"] == "gemm_bf16_n7168_k2048"
     assert picks["gemm[bf16] a[4096, 7168] b[576, 7168]"] == "gemm_bf16_any"  # kv_a_proj

@@ -38,13 +38,13 @@ BAD_CALLS = [
         "exp-x-fp16",
         lambda: expand(t(4, 64, dtype=torch.float16), idx(4, 2), 8),
         TypeError,
-        r"x has dtype torch\.float16; supported: torch\.bfloat16, torch\.float8_e4m3fn",
+        r"x has dtype torch\.float16; supported dtypes: torch\.bfloat16, torch\.float8_e4m3fn",
     ),
     (
         "exp-idx-int64",
         lambda: expand(t(4, 64), idx(4, 2).long(), 8),
         TypeError,
-        r"idx has dtype torch\.int64; supported: torch\.int32",
+        r"idx has dtype torch\.int64; it must be torch\.int32",
     ),
     ("exp-idx-none", lambda: expand(t(4, 64), None, 8), TypeError, r"idx must be a torch\.Tensor"),
     ("exp-e-float", lambda: expand(t(4, 64), idx(4, 2), 8.0), TypeError, r"num_experts must be"),
@@ -52,9 +52,24 @@ BAD_CALLS = [
     ("exp-e-none", lambda: expand(t(4, 64), idx(4, 2), None), TypeError, r"num_experts must be"),
     ("exp-a-str", lambda: expand(t(4, 64), idx(4, 2), 8, "16"), TypeError, r"alignment must be"),
     # moe_expand: shapes and values
-    ("exp-x-1d", lambda: expand(t(64), idx(4, 2), 8), ValueError, r"x must be \[T, H\]"),
-    ("exp-idx-1d", lambda: expand(t(4, 64), idx(8, 1)[:, 0], 8), ValueError, r"idx \[T, K\]"),
-    ("exp-t-differ", lambda: expand(t(4, 64), idx(5, 2), 8), ValueError, r"with the same T"),
+    (
+        "exp-x-1d",
+        lambda: expand(t(64), idx(4, 2), 8),
+        ValueError,
+        r"x must have shape \[T, H\]; got shape \(64,\)",
+    ),
+    (
+        "exp-idx-1d",
+        lambda: expand(t(4, 64), idx(8, 1)[:, 0], 8),
+        ValueError,
+        r"idx must have shape \[4, K\]; got shape \(8,\)",
+    ),
+    (
+        "exp-t-differ",
+        lambda: expand(t(4, 64), idx(5, 2), 8),
+        ValueError,
+        r"idx must have shape \[4, K\] to match x \(4, 64\); got \(5, 2\)",
+    ),
     ("exp-e-0", lambda: expand(t(4, 64), idx(4, 2), 0), ValueError, r"num_experts must be in"),
     (
         "exp-e-1025",
@@ -73,7 +88,7 @@ BAD_CALLS = [
         "exp-fp8-no-scale",
         lambda: expand(fp8(4, 256), idx(4, 2), 8),
         ValueError,
-        r"pass its scales x_scale \[T, H // 128\]",
+        r"x has dtype torch\.float8_e4m3fn: pass x_scale \[T, H // 128\]",
     ),
     (
         "exp-fp8-h",
@@ -85,19 +100,19 @@ BAD_CALLS = [
         "exp-fp8-scale-dtype",
         lambda: expand(fp8(4, 256), idx(4, 2), 8, x_scale=t(4, 2)),
         TypeError,
-        r"x_scale has dtype torch\.bfloat16; supported: torch\.float32",
+        r"x_scale has dtype torch\.bfloat16; it must be torch\.float32",
     ),
     (
         "exp-fp8-scale-shape",
         lambda: expand(fp8(4, 256), idx(4, 2), 8, x_scale=t(4, 1, dtype=F32)),
         ValueError,
-        r"x_scale must be \[T, H // 128\] = \(4, 2\); got \(4, 1\)",
+        r"x_scale must have shape \[4, 2\] to match x \(4, 256\); got \(4, 1\)",
     ),
     (
         "exp-bf16-scale",
         lambda: expand(t(4, 256), idx(4, 2), 8, x_scale=t(4, 2, dtype=F32)),
         ValueError,
-        r"x_scale is only for float8_e4m3fn x",
+        r"x_scale is only for x of dtype float8_e4m3fn; x has dtype torch\.bfloat16",
     ),
     # moe_expand: memory
     ("exp-x-strided", lambda: expand(t(64, 4).t(), idx(4, 2), 8), ValueError, r"x is not contig"),
@@ -136,13 +151,13 @@ BAD_CALLS = [
         "exp-out-tensor",
         lambda: expand(t(4, 64), idx(4, 2), 8, out=t(128, 64)),
         TypeError,
-        r"out must be a tuple \(x_sorted, expert_offsets, token_pos\); got Tensor",
+        r"out must be a \(x_sorted, expert_offsets, token_pos\) tuple of tensors; got Tensor",
     ),
     (
         "exp-out-len-fp8",
         lambda: expand(fp8(4, 128), idx(4, 2), 8, x_scale=t(4, 1, dtype=F32), out=(1, 2, 3)),
         TypeError,
-        r"\(x_sorted, expert_offsets, token_pos, x_sorted_scale\); got a tuple of 3",
+        r"token_pos, x_sorted_scale\) tuple of tensors; got a tuple of 3",
     ),
     (
         "exp-out-rows",
@@ -183,7 +198,7 @@ BAD_CALLS = [
         "red-y-fp16",
         lambda: reduce_(t(8, 64, dtype=torch.float16), idx(4, 2)),
         TypeError,
-        r"y_sorted has dtype torch\.float16; supported: torch\.bfloat16, torch\.float32",
+        r"y_sorted has dtype torch\.float16; supported dtypes: torch\.bfloat16, torch\.float32",
     ),
     (
         "red-y-fp8",
@@ -195,13 +210,13 @@ BAD_CALLS = [
         "red-pos-int64",
         lambda: reduce_(t(8, 64), idx(4, 2).long()),
         TypeError,
-        r"token_pos has dtype torch\.int64; supported: torch\.int32",
+        r"token_pos has dtype torch\.int64; it must be torch\.int32",
     ),
     (
         "red-w-bf16",
         lambda: reduce_(t(8, 64), idx(4, 2), t(4, 2)),
         TypeError,
-        r"weights has dtype torch\.bfloat16; supported: torch\.float32",
+        r"weights has dtype torch\.bfloat16; it must be torch\.float32",
     ),
     (
         "red-out-dtype-arg",
@@ -216,13 +231,18 @@ BAD_CALLS = [
         r"out has dtype torch\.float32; this call writes torch\.bfloat16",
     ),
     ("red-out-list", lambda: reduce_(t(8, 64), idx(4, 2), out=[0]), TypeError, r"out must be a"),
-    ("red-y-1d", lambda: reduce_(t(64), idx(4, 2)), ValueError, r"y_sorted must be \[P, H\]"),
+    (
+        "red-y-1d",
+        lambda: reduce_(t(64), idx(4, 2)),
+        ValueError,
+        r"y_sorted must have shape \[P, H\]; got shape \(64,\)",
+    ),
     ("red-pos-3d", lambda: reduce_(t(8, 64), idx(8, 4).view(2, 4, 4)), ValueError, r"\[T, K\]"),
     (
         "red-w-shape",
         lambda: reduce_(t(8, 64), idx(4, 2), t(2, 4, dtype=F32)),
         ValueError,
-        r"weights must have the shape of token_pos \(4, 2\); got \(2, 4\)",
+        r"weights must have shape \[4, 2\] to match token_pos \(4, 2\); got \(2, 4\)",
     ),
     (
         "red-out-shape",
@@ -253,7 +273,7 @@ BAD_CALLS = [
         "red-out-int32",
         lambda: reduce_(meta(8, 2048), meta(2**20, 1, dtype=I32)),
         ValueError,
-        r"out has shape \(1048576, 2048\) \(2147483648 elements\)",
+        r"out \(the output\) has shape \(1048576, 2048\) \(2147483648 elements\)",
     ),
 ]
 

@@ -18,6 +18,8 @@ import pytest
 from _fakes import STREAM, cpu_as_cuda, fake, t, tileaot  # noqa: F401 - fixtures
 from _lowering import needs_tilelang
 
+__all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
+
 torch = pytest.importorskip("torch")
 _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
@@ -27,6 +29,11 @@ SCHEMA_OPS = (
     "rms_norm",
     "gemm",
     "swiglu",
+    "topk_gate",
+    "sinkhorn_normalize",
+    "sinkhorn_normalize_backward",
+    "moe_reduce",
+    "moe_expand",
     "top2_sum_gate",
     "per_block_cast_fp8",
     "per_token_cast_fp8",
@@ -181,11 +188,33 @@ EXAMPLES = {
         "x[4096, 7168]",
         (4096, 7168, 4096, 3584, 4096, 448),
     ),
+    "topk_gate": ("fp32,softmax", "scores[4096, 256], k=8", (4096, 256, 4096, 8, 4096, 8)),
+    "sinkhorn_normalize": ("fp32", "logits[32768, 4, 4]", (32768, 4, 4) * 2),
+    "sinkhorn_normalize_backward": (
+        "fp32",
+        "grad_out[32768, 4, 4] logits[32768, 4, 4]",
+        (32768, 4, 4) * 3,
+    ),
+    "moe_reduce": (
+        "bf16,bf16,sum",
+        "y_sorted[36608, 7168] token_pos[4096, 8]",
+        (36608, 7168, 4096, 8, 4096, 7168),
+    ),
+    "moe_expand": (
+        "bf16",
+        "x[4096, 7168] idx[4096, 8], num_experts=256, alignment=16",
+        (4096, 7168, 4096, 8, 36608, 7168, 257, 4096, 8, 32, 256, 256, 32768),
+    ),
 }
 WRITES = {
     "rms_norm": 0b100,
     "gemm": 0b100,
     "swiglu": 0b10,
+    "topk_gate": 0b110,
+    "sinkhorn_normalize": 0b10,
+    "sinkhorn_normalize_backward": 0b100,
+    "moe_reduce": 0b1000,  # with every optional tensor (weights); writes_of() without
+    "moe_expand": 0b1111111000,  # outputs and scratch (moe_expand has no short path)
     "top2_sum_gate": 0b1100,
     "per_block_cast_fp8": 0b110,
     "per_token_cast_fp8": 0b110,
@@ -199,6 +228,13 @@ TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
     "swiglu": "Tensor x",
+    "topk_gate": "Tensor scores, int k, str scoring='softmax', bool renormalize=True",
+    "sinkhorn_normalize": "Tensor logits, int repeat=10, float eps=1e-06",
+    "sinkhorn_normalize_backward": "Tensor grad_out, Tensor logits, int repeat=10, float eps=1e-06",
+    "moe_reduce": (
+        "Tensor y_sorted, Tensor token_pos, Tensor? weights=None, ScalarType? out_dtype=None"
+    ),
+    "moe_expand": "Tensor x, Tensor idx, int num_experts, int alignment=16, Tensor? x_scale=None",
     "top2_sum_gate": "Tensor logits, Tensor bias, int k, int num_groups=0, int num_topk_groups=0, "
     "float routed_scaling_factor=1.0, int num_shared_experts=0, int num_ep_ranks=1, "
     "int tp_rank=0, int num_tp_ranks=1, str scoring_func='sigmoid'",
@@ -228,6 +264,9 @@ def test_derived_facts(op):
     specs = importlib.import_module("tileaot.torch_ops._specs")
     (spec,) = [s for s in specs.SPECS if s.name == PUBLIC.get(op, op)]
     assert spec.args == TORCH_ARGS[spec.name] and spec.outs == schema.torch_outs()
+
+
+F32, I32, BF16, E4M3 = torch.float32, torch.int32, torch.bfloat16, torch.float8_e4m3fn
 
 
 @pytest.mark.parametrize(
@@ -272,17 +311,45 @@ def test_derived_facts(op):
             lambda: (_u8(4, 16), _e4m3(4, 2), None, 16, torch.float32),
             [(4, 32, "fp32")],
         ),
+        (
+            "topk_gate",
+            lambda: (t(5, 64, dtype=F32), 3, "sigmoid", True),
+            [(5, 3, "i32"), (5, 3, "fp32")],
+        ),
+        ("sinkhorn_normalize", lambda: (t(2, 3, 4, 4, dtype=F32), 3, 0.0), [(2, 3, 4, 4, "fp32")]),
+        (
+            "sinkhorn_normalize_backward",
+            lambda: (t(5, 8, 8, dtype=F32), t(5, 8, 8, dtype=F32), 3, 0.0),
+            [(5, 8, 8, "fp32")],
+        ),
+        ("moe_reduce", lambda: (t(20, 64), t(6, 2, dtype=I32), None, None), [(6, 64)]),
+        (
+            "moe_reduce",
+            lambda: (t(20, 64), t(6, 2, dtype=I32), t(6, 2, dtype=F32), F32),
+            [(6, 64, "fp32")],
+        ),
+        (
+            "moe_expand",
+            lambda: (t(5, 64), t(5, 2, dtype=I32), 7, 16, None),
+            [(115, 64), (8, "i32"), (5, 2, "i32"), None],
+        ),
+        (
+            "moe_expand",
+            lambda: (t(5, 256).to(E4M3), t(5, 2, dtype=I32), 7, 4, t(5, 2, dtype=F32)),
+            [(31, 256, "e4m3"), (8, "i32"), (5, 2, "i32"), (31, 2, "fp32")],
+        ),
     ],
 )
 def test_fakes_give_the_shapes_the_wrappers_allocate(op, args, want):
+    """want: (shape, dtype) of each output, None where the output is absent."""
     specs = importlib.import_module("tileaot.torch_ops._specs")
     (spec,) = [s for s in specs.SPECS if s.name == op]
     got = spec.fake(*args())
     got = got if isinstance(got, tuple) else (got,)
-    want = [w if isinstance(w[-1], str) else (*w, "bf16") for w in want]
+    want = [w if w is None or isinstance(w[-1], str) else (*w, "bf16") for w in want]
     dtypes = {s: getattr(torch, a) for s, (a, _) in _schema.LITERALS.items()}
-    assert [tuple(g.shape) for g in got] == [w[:-1] for w in want]
-    assert [g.dtype for g in got] == [dtypes[w[-1]] for w in want]
+    assert [g if g is None else tuple(g.shape) for g in got] == [w and w[:-1] for w in want]
+    assert [g if g is None else g.dtype for g in got] == [w and dtypes[w[-1]] for w in want]
 
 
 def _e4m3(*shape):
@@ -294,7 +361,8 @@ def _u8(*shape):
 
 
 def test_fakes_size_outputs_from_the_arguments():
-    """top2_sum_gate's idx/weights are [T, k + num_shared_experts] (the schema's `sizes`)."""
+    """top2_sum_gate's idx/weights are [T, k + num_shared_experts]: `sizes` P = K + S, K and S
+    the arguments `public` names."""
     specs = importlib.import_module("tileaot.torch_ops._specs")
     (spec,) = [s for s in specs.SPECS if s.name == "top2_sum_gate"]
     logits, bias = t(5, 256, dtype=torch.float32), t(256, dtype=torch.float32)
@@ -302,6 +370,55 @@ def test_fakes_size_outputs_from_the_arguments():
         idx, w = spec.fake(logits, bias, *args)
         assert idx.shape == w.shape == (5, width)
         assert (idx.dtype, w.dtype) == (torch.int32, torch.float32)
+
+
+@pytest.mark.parametrize("op", [op for op in SCHEMA_OPS if _module(op).SCHEMA.backward])
+def test_a_backward_pairing_names_an_op_taking_the_gradient_and_the_inputs(op):
+    """The pairing both the eager autograd.Function and torch_ops/_autograd.py read."""
+    schema = _module(op).SCHEMA
+    backward = _module(schema.backward).SCHEMA
+    names = [t.api for t in backward.inputs]
+    assert names[0] == "grad_out" and names[1:] == [t.api for t in schema.inputs]
+    assert [n for n, _ in backward.scalars] == [n for n, _ in schema.scalars]
+
+
+def test_an_optional_input_a_key_selects():
+    """moe_reduce's weights: the "weighted" kernels take them, the "sum" ones do not."""
+    schema = _module("moe_reduce").SCHEMA
+    assert schema.given_by_key("bf16,fp32,weighted") == {"weights"}
+    assert schema.given_by_key("bf16,fp32,sum") == set()
+    assert schema.flat({"P": 9, "H": 64, "T": 3, "K": 2}, "fp32,fp32,weighted") == (
+        (9, 64, 3, 2, 3, 2, 3, 64)
+    )
+    assert schema.writes_of() == 0b100 and schema.writes_of(frozenset({"weights"})) == 0b1000
+    params = _params(schema)
+    key = {"dtype": "bfloat16", "out_dtype": "bfloat16", "mode": "sum"}
+    with pytest.raises(ValueError, match="kernel parameters"):  # weights with the "sum" key
+        schema.check_signature(params, key, {})
+    schema.check_signature([p for p in params if p["name"] != "weights"], key, {})
+    schema.check_signature(params, {**key, "mode": "weighted"}, {})
+
+
+def test_size_rules_scratch_and_the_public_output_order():
+    """moe_expand: P and NC from the rules, the scratch packed at 16-byte boundaries (as the
+    hand-written wrapper packed it), outputs in the public order, x_scale with e4m3 only."""
+    schema = _module("moe_expand").SCHEMA
+    dims = schema.complete({"T": 5, "K": 3, "E": 7, "A": 16, "H": 256})
+    assert (dims["P"], dims["NC"]) == (5 * 3 + 7 * 15, 1)
+    offsets, _ = schema.workspace_layout()
+    at = [_schema._lambda(o, "test")(dims) for o in offsets]
+    assert at == [0, 32, 64] and schema.workspace_size(dims) == 64 + 15 * 4
+    assert [t.api for t in schema.public_outs()] == [
+        "x_sorted",
+        "expert_offsets",
+        "token_pos",
+        "x_sorted_scale",
+    ]
+    assert schema.given_by_key("e4m3") == {"x_scale"} and schema.given_by_key("bf16") == set()
+    with pytest.raises(ValueError, match=r"x has dtype torch\.float8_e4m3fn: pass x_scale"):
+        schema.bind({"x": t(5, 256).to(E4M3), "x_scale": None, "idx": t(5, 3, dtype=I32)})
+    with pytest.raises(ValueError, match=r"x_scale is only for x of dtype float8_e4m3fn"):
+        schema.bind({"x": t(5, 256), "x_scale": t(5, 2, dtype=F32), "idx": t(5, 3, dtype=I32)})
 
 
 def test_bind_names_the_argument_and_the_tied_size():
@@ -321,7 +438,8 @@ def _params(schema, dtype="bfloat16", **fixed):
     out = []
     for ts in schema.tensors:
         shape = [fixed.get(d.name, f"d_{d.name}") if d.name else d.text for d in ts.dims]
-        out.append({"name": ts.name, "kind": "tensor", "dtype": dtype, "shape": shape})
+        tvm = _schema.LITERALS[ts.dtype][1] if ts.dtype in _schema.LITERALS else dtype
+        out.append({"name": ts.name, "kind": "tensor", "dtype": tvm, "shape": shape})
     return out + [{"name": n, "kind": "scalar", "dtype": c, "shape": []} for n, c in schema.scalars]
 
 
@@ -369,6 +487,129 @@ def test_the_schema_module_stays_torch_free():
     code = "import sys, tileaot._schema, tileaot.rms_norm; assert 'torch' not in sys.modules"
     src = str(Path(inspect.getfile(_schema)).parents[1])
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": src})
+
+
+_WORKSPACE_MAIN = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "tileaot/ops.hpp"
+
+// The C ABI functions workspace.cpp calls, stubbed: every (op, key) is built, with the
+// tensor count of moe_expand's bf16 kernels.
+namespace tileaot::detail {
+int set_error(int status, std::string message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return status;
+}
+}  // namespace tileaot::detail
+extern "C" {
+int32_t tileaot_lookup(const char*, const char*) { return 0; }
+int tileaot_last_status(void) { return 0; }
+int32_t tileaot_tensor_param(int32_t, int32_t, const char**, uint32_t*) { return 8; }
+int32_t tileaot_tensor_ndim(int32_t, int32_t) { return 2; }
+}
+
+// argv: T H K E fp8 -> "<C ABI bytes> <ops.hpp bytes>"
+int main(int argc, char** argv) {
+  if (argc != 6) return 2;
+  const int64_t t = std::atoll(argv[1]), h = std::atoll(argv[2]), k = std::atoll(argv[3]),
+                e = std::atoll(argv[4]), g = h / 128, p = 1;  // P does not enter the scratch
+  const bool fp8 = std::atoi(argv[5]) != 0;
+  using tileaot::DType;
+  using tileaot::TensorView;
+  static char mem[16];
+  const TensorView x(mem, {t, h}, DType::kBFloat16), xs(mem, {t, g}, DType::kFloat32),
+      idx(mem, {t, k}, DType::kInt32), xo(mem, {p, h}, DType::kBFloat16),
+      xos(mem, {p, g}, DType::kFloat32), off(mem, {e + 1}, DType::kInt32),
+      pos(mem, {t, k}, DType::kInt32);
+  int64_t bytes = -1;
+  size_t typed;
+  if (fp8) {
+    const int64_t shapes[] = {t, h, t, g, t, k, p, h, p, g, e + 1, t, k};
+    if (tileaot_workspace_size("moe_expand", "e4m3", shapes, 13, &bytes) != 0) return 1;
+    typed = tileaot::moe_expand_workspace_size(x, xs, idx, xo, xos, off, pos);
+  } else {
+    const int64_t shapes[] = {t, h, t, k, p, h, e + 1, t, k};
+    if (tileaot_workspace_size("moe_expand", "bf16", shapes, 9, &bytes) != 0) return 1;
+    typed = tileaot::moe_expand_workspace_size(x, idx, xo, off, pos);
+  }
+  std::printf("%lld %zu\n", static_cast<long long>(bytes), typed);
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def workspace_program(tmp_path_factory):
+    """The generated ops.hpp and workspace.cpp of these schemas, built with the host compiler
+    (C ABI stubs beside them): the C++ side of the workspace sizes."""
+    import shutil
+
+    from build_tools.emit_ops_hpp import emit_ops_hpp, emit_workspace_cpp
+
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    root = Path(__file__).resolve().parents[1]
+    d = tmp_path_factory.mktemp("ops_hpp")
+    (d / "tileaot").mkdir()
+    schemas = [_module(op).SCHEMA for op in SCHEMA_OPS]
+    (d / "tileaot" / "ops.hpp").write_text(emit_ops_hpp(schemas))
+    (d / "workspace.cpp").write_text(emit_workspace_cpp(schemas))
+    (d / "main.cpp").write_text(_WORKSPACE_MAIN)
+    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{root}/cpp/include"]
+    flags += [f"-I{d}", f"-I{root}/cpp/runtime"]
+    exe = d / "workspace_sizes"
+    cmd = [cxx, *flags, str(d / "main.cpp"), str(d / "workspace.cpp"), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return exe
+
+
+@pytest.mark.parametrize(
+    ("tokens", "h", "k", "e", "align", "fp8"),
+    [(5, 64, 3, 7, 16, False), (2000, 256, 8, 256, 128, True), (1, 128, 1, 1, 1, True)]
+    + [(1030, 0, 1, 3, 2, False)],
+)
+def test_workspace_sizes_in_cpp_match_the_wrappers_allocation(
+    workspace_program,
+    fake,
+    cpu_as_cuda,
+    monkeypatch,
+    tokens,
+    h,
+    k,
+    e,
+    align,
+    fp8,
+):
+    """tileaot_workspace_size (C ABI) and tileaot::moe_expand_workspace_size (ops.hpp), both
+    generated, against the workspace moe_expand allocates and the scratch pointers it passes."""
+    schema = _module("moe_expand").SCHEMA
+    made = []
+    real = schema.workspace
+    monkeypatch.setattr(schema, "workspace", lambda *a: made.append(real(*a)) or made[-1])
+    x = t(tokens, h).to(torch.float8_e4m3fn) if fp8 else t(tokens, h)
+    scale = t(tokens, h // 128, dtype=torch.float32) if fp8 else None
+    idx = torch.randint(-1, e, (tokens, k), dtype=torch.int32)
+    tileaot.moe_expand(x, idx, e, align, scale)
+    (ws,) = made
+    run = subprocess.run(
+        [str(workspace_program), str(tokens), str(h), str(k), str(e), str(int(fp8))],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    c_abi, typed = map(int, run.stdout.split())
+    assert c_abi == typed == ws.numel() == ws.nbytes
+    # The scratch pointers: 16-byte aligned offsets into the workspace, ending inside it.
+    ptrs = fake.launches[0].ptrs[-3:]
+    base = ws.data_ptr()
+    dims = schema.complete({"T": tokens, "K": k, "E": e, "A": align, "H": h})
+    want = [_schema._lambda(o, "test")(dims) for o in schema.workspace_layout()[0]]
+    assert [p - base for p in ptrs] == want and all(w % 16 == 0 for w in want)
+    assert want[-1] + tokens * k * 4 == ws.nbytes
 
 
 def test_the_cpp_header_spells_each_key_as_the_schema_does():

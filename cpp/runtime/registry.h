@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace tileaot::detail {
 
@@ -110,5 +111,9 @@ extern const Blob kBlobs[];
 extern const int32_t kNumBlobs;
 extern const char* const kBuildArchs;  // "sm_70,sm_75,..." as configured
 extern const char* const kBuildOps;    // ops filter as configured ("*" for all)
+
+// Sets this thread's tileaot_last_error/status and returns `status`: for generated C ABI code
+// (gen/workspace.cpp's tileaot_workspace_size).
+int set_error(int status, std::string message);
 
 }  // namespace tileaot::detail

@@ -160,6 +160,8 @@ const char* variant_field(const Variant& v, const char* field) {
 
 }  // namespace
 
+int set_error(int status, std::string message) { return fail(status, std::move(message)); }
+
 int ptx_warning_count() { return g_ptx_warnings.load(); }
 
 }  // namespace tileaot::detail

@@ -44,9 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FP8_GROUP = 128  # columns per scale of per-token/fused fp8 casts and of fp8 moe_expand
+FP8_GROUP = 128  # columns per scale of per-token/fused fp8 casts
 MOE_ALIGNMENT = 16  # moe_expand's default row alignment per expert
-_CHUNK = 1024  # moe_expand's counting chunk (python/tileaot/moe_expand.py)
 # The ops' limits (kernels_py/moe/topk_gate.py MAX_K, MAX_E, the same in top2_sum_gate.py;
 # kernels_py/moe/moe_expand.py E_MAX;
 # tests/test_model_zoo.py holds them to the kernels').
@@ -535,7 +534,7 @@ def _moe(cfg: ModelConfig, moe: Moe) -> Iterator[Call]:
 def _from_schema(op: str, key: str, use: str, **dims: int) -> Call:
     """A call of an op with a schema (tileaot/_schema.py): its layout is the schema's."""
     schema = importlib.import_module(f"{__package__}.{op}").SCHEMA
-    return Call(op, key, schema.flat(dims), schema.describe(dims), (use,))
+    return Call(op, key, schema.flat(dims, key), schema.describe(dims, key), (use,))
 
 
 def rms_norm(dt: str, m: int, n: int, use: str = "") -> Call:
@@ -560,8 +559,7 @@ def per_token_cast_fp8(dt: str, m: int, n: int, group: int, use: str = "") -> Ca
 
 
 def topk_gate(scoring: str, m: int, e: int, k: int, use: str = "") -> Call:
-    text = f"scores[{m}, {e}], k={k}"
-    return Call("topk_gate", f"fp32,{scoring}", (m, e, m, k, m, k), text, (use,))
+    return _from_schema("topk_gate", f"fp32,{scoring}", use, T=m, E=e, K=k)
 
 
 def top2_sum_gate(m: int, e: int, k: int, use: str = "") -> Call:
@@ -570,24 +568,15 @@ def top2_sum_gate(m: int, e: int, k: int, use: str = "") -> Call:
 
 
 def moe_expand(key: str, t: int, h: int, k: int, e: int, use: str = "") -> Call:
-    rows, chunks = _expanded_rows(t, k, e), -(-(t * k) // _CHUNK)
-    tail: tuple[int, ...] = (e + 1, t, k, chunks, e, e, t * k)
-    head: tuple[int, ...]
-    if key == "e4m3":
-        g = h // FP8_GROUP
-        head = (t, h, t, g, t, k, rows, h, rows, g)
-    else:
-        head = (t, h, t, k, rows, h)
-    return Call("moe_expand", key, head + tail, f"x[{t}, {h}] idx[{t}, {k}], E={e}", (use,))
+    return _from_schema("moe_expand", key, use, T=t, H=h, K=k, E=e, A=MOE_ALIGNMENT)
 
 
 def moe_reduce(dt: str, t: int, h: int, k: int, e: int, use: str = "") -> Call:
     rows = _expanded_rows(t, k, e)
-    shapes = (rows, h, t, k, t, k, t, h)
-    text = f"y_sorted[{rows}, {h}] weights[{t}, {k}]"
-    return Call("moe_reduce", f"{dt},{dt},weighted", shapes, text, (use,))
+    return _from_schema("moe_reduce", f"{dt},{dt},weighted", use, P=rows, H=h, T=t, K=k)
 
 
 def _expanded_rows(t: int, k: int, e: int) -> int:
-    """moe_expand's x_sorted rows: T*K plus each expert's worst-case alignment padding."""
-    return t * k + e * (MOE_ALIGNMENT - 1)
+    """moe_expand's x_sorted rows (its schema's size rule for P) at the default alignment."""
+    schema = importlib.import_module(f"{__package__}.moe_expand").SCHEMA
+    return schema.complete({"T": t, "K": k, "E": e, "A": MOE_ALIGNMENT})["P"]

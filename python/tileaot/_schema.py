@@ -23,14 +23,27 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
   picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32`` (and,
   for ops that only move bits, ``e5m2 i8 i16 bool``).
 * `key` formats the dispatch key from the dtype variables (and `extra` fields the wrapper passes).
-* `sizes` sizes output dims that no input has from the public function's arguments:
-  ``{"P": "k + num_shared_experts"}`` (`arg_dims`; the wrapper and the torch fake both use it).
+* inputs may also use an expression over sizes bound before them (``x_scale[T, H // 128]``).
+* an optional output follows an optional input: ``x_sorted_scale?[P, H // 128]: fp32 if x_scale``
+  exists exactly when `x_scale` is given; `select` says which key's kernel takes an optional
+  input: ``{"x_scale": ("X", "e4m3", None)}`` (the kernel of dtype variable X = e4m3 takes it,
+  and bind requires it there and refuses it elsewhere), ``{"weights": ("mode", "weighted",
+  "sum")}`` (key field `mode` is "weighted" with it, "sum" without).
+* `sizes` are the rules for dims no input binds (``{"P": "T * K + E * (A - 1)"}``, ``{"P":
+  "K + S"}``): the wrapper passes the public sizes they use (``bind(args, E=e, A=a)``), and
+  `public` names those arguments (``{"E": "num_experts"}``) so that the torch fake reads them.
 * `keyed` (optional): what a dispatch key fixes that no input binds, ``key -> {name: value}``:
   a size as an int or an expression over the bound sizes (``{"G": "N // 128"}`` for g128
   scales, ``{"G": 1}`` per token), a dtype variable as a short name (``{"S": "u8"}``). The
   checked path applies it with `fix`; `example_shapes`, the fake and `check_signature` read it.
 * `key_of` (optional): the dispatch key of a call from its public arguments, unchecked (torch's
   fake sees no key); it may return ``(schema, key)`` for a call another schema serves.
+* scratch tensors (``scratch work[T * K]: i32``) share one workspace the wrapper allocates
+  (`workspace`): each starts on a 16-byte boundary; `workspace_size` is its size in bytes.
+* `fields` names the spec-key field of a dtype variable where it is not ``T -> dtype`` (the
+  build-time check reads the dtype there); `public` also names the public argument giving a
+  dtype no input binds (for the torch fake); `order` is the public output order (``out=`` and
+  the returned tuple) where it is not the kernel's; `backward` names the op computing the gradient.
 
 From it come: the checked path's mechanical checks (`bind`: dtype by key, ranks, tied dims, device,
 contiguity, alignment, int32 range; `outputs`: allocation or `out=` checks, overlap), the launch
@@ -44,6 +57,7 @@ imports this module to check traces, and `import tileaot` must not import torch.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import string
@@ -68,8 +82,13 @@ LITERALS = {
     "bool": ("bool", "bool"),
 }
 _TVM = {short: tvm for short, (_, tvm) in LITERALS.items()}
+_ITEMSIZE = {
+    "bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "u8": 1, "i32": 4,
+    "e5m2": 1, "i8": 1, "i16": 2, "bool": 1,
+}  # fmt: skip
 _BY_ATTR = {attr: short for short, (attr, _) in LITERALS.items()}
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_NO_OPTIONAL: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -124,6 +143,7 @@ class TensorSpec:
     role: str  # "in", "out" or "scratch"
     optional: bool = False
     public: str | None = None  # the API's name where it differs (`out`)
+    follows: str | None = None  # an optional output: the optional input it exists with
 
     @property
     def api(self) -> str:
@@ -142,12 +162,16 @@ class TensorSpec:
 
 
 def _parse_tensor(text: str, role: str) -> TensorSpec:
-    m = re.fullmatch(r"\s*(\w+)(\?)?\s*\[(.*)\]\s*:\s*(\w+)\s*(?:as\s+(\w+))?\s*", text)
+    m = re.fullmatch(
+        r"\s*(\w+)(\?)?\s*\[(.*)\]\s*:\s*(\w+)\s*(?:as\s+(\w+))?\s*(?:if\s+(\w+))?\s*", text
+    )
     if not m:
         raise ValueError(f"schema: cannot read tensor {text!r}")
-    name, opt, dims, dtype, public = m.groups()
+    name, opt, dims, dtype, public, follows = m.groups()
+    if role != "in" and bool(opt) != bool(follows):
+        raise ValueError(f"schema: optional output {name} needs 'if <optional input>'")
     parsed = tuple(Dim.parse(d) for d in dims.split(",")) if dims.strip() else ()
-    return TensorSpec(name, parsed, dtype, role, bool(opt), public)
+    return TensorSpec(name, parsed, dtype, role, bool(opt), public, follows)
 
 
 def _split(text: str) -> list[str]:
@@ -173,11 +197,18 @@ class OpSchema:
     dtypes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     key: str = "{T}"
     example: Mapping[str, int] = field(default_factory=dict)
-    sizes: Mapping[str, str] = field(default_factory=dict)
     keyed: Callable[[str], Mapping[str, int | str]] | None = None
     key_of: Callable[[Mapping[str, Any]], Any] | None = None
     tensors: tuple[TensorSpec, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()
+    fields: Mapping[str, str] = field(default_factory=dict)  # dtype variable -> spec-key field
+    sizes: Mapping[str, str] = field(default_factory=dict)  # dim no input binds -> its rule
+    select: Mapping[str, tuple] = field(default_factory=dict)  # optional input -> key rule
+    order: tuple[str, ...] = ()  # public output order (API names), if not the kernel's
+    backward: str | None = None  # the op computing this op's gradient
+    # size or dtype variable -> the public argument giving it ({"K": "k"}); a dtype variable's
+    # is (argument, the dtype variable it defaults to when the argument is None)
+    public: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         body, _, scalars = self.text.partition(";")
@@ -194,9 +225,24 @@ class OpSchema:
         for t in self.tensors:
             if t.dtype not in LITERALS and t.dtype not in self.dtypes:
                 raise ValueError(f"schema {self.op}: {t.name} has unknown dtype {t.dtype!r}")
-        self._launch: Callable | None = None
+        # Optional inputs (API names) and the positions of all optional tensors (kernel order,
+        # scratch excluded): which are given picks the outputs, the launch and the short path.
+        self._inputs = tuple(t for t in self.tensors if t.role == "in")
+        self._optional_at = tuple(i for i, t in enumerate(self._inputs) if t.optional)
+        self._given_at = {  # (is each optional input given?) -> their names: no sets per call
+            flags: frozenset(t.api for t, f in zip(opt, flags, strict=True) if f)
+            for opt in [[self._inputs[i] for i in self._optional_at]]
+            for flags in itertools.product((False, True), repeat=len(opt))
+        }
+        self._optional = tuple(t.api for t in self.tensors if t.role == "in" and t.optional)
+        self._launch: dict[frozenset, Callable] = {}
         self._bind: Callable | None = None
+        self._binds: dict[frozenset, Callable] = {}
         self._outputs: Callable | None = None
+        self._outputs_by: dict[frozenset, Callable] = {}
+        self._sizes: Callable | None = None
+        self._workspace: Callable | None = None
+        self._given_names = self.given_names()
         self._keyed: dict[str, tuple] = {}  # key -> what `keyed` fixes, parsed
         # The short path's output bits: bit i set for each tensor (kernel order) the kernel
         # writes. A plain attribute: the ops read it on every call.
@@ -205,35 +251,104 @@ class OpSchema:
     # ------------------------------------------------------------ derived facts
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
-        return tuple(t for t in self.tensors if t.role == "in")
+        return self._inputs
 
     @property
     def outs(self) -> tuple[TensorSpec, ...]:
         return tuple(t for t in self.tensors if t.role == "out")
 
-    def arg_dims(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """The `sizes` dims from the public function's (checked) arguments."""
-        return {n: eval(e, {"__builtins__": {}}, dict(args)) for n, e in self.sizes.items()}  # noqa: S307
-
-    def flat(self, dims: Mapping[str, int]) -> tuple[int, ...]:
-        """The flat shapes the kernel takes: every dim of every tensor, in kernel order."""
+    def present(self, given: frozenset = frozenset()) -> tuple[TensorSpec, ...]:
+        """The tensors a kernel takes (kernel order, scratch included) when the optional inputs
+        `given` (API names) are passed: the others and the outputs that follow them drop out."""
         return tuple(
-            d.value(dims) if not d.lead else dims[d.name] for t in self.tensors for d in t.dims
+            t
+            for t in self.tensors
+            if not t.optional or (t.api in given if t.role == "in" else t.follows in given)
         )
 
-    def describe(self, dims: Mapping[str, int]) -> str:
-        """A call's input matrices as text: ``x[4096, 7168]`` (what `info` and `check` print)."""
-        return " ".join(
+    def given_by_key(self, key: str) -> frozenset:
+        """The optional inputs the kernels of dispatch key `key` ("bf16,fp32,weighted") take
+        (by `select`; one without a rule: every key's)."""
+        fields = self.key_fields(key)
+        return frozenset(
+            n
+            for n in self._optional
+            if n not in self.select or fields.get(self.select[n][0]) == self.select[n][1]
+        )
+
+    def _given_by_spec_key(self, key: Mapping[str, str]) -> frozenset:
+        """`given_by_key` for a spec key ({"dtype": "float8_e4m3fn"}: what `build_tools` traces)."""
+        given = set()
+        for n in self._optional:
+            rule = self.select.get(n)
+            if rule is None:
+                given.add(n)
+                continue
+            field, value = rule[0], rule[1]
+            got = _dtype_short(key, field, self.fields) if field in self.dtypes else key.get(field)
+            if got == value:
+                given.add(n)
+        return frozenset(given)
+
+    def key_fields(self, key: str) -> dict[str, str]:
+        """Dispatch key text -> its fields by the `key` format: "e4m3" -> {"X": "e4m3"}."""
+        pattern, names = "", []
+        for literal, name, _, _ in string.Formatter().parse(self.key):
+            pattern += re.escape(literal)
+            if name:
+                pattern += r"([^,]*)"
+                names.append(name)
+        m = re.fullmatch(pattern, key)
+        return dict(zip(names, m.groups(), strict=True)) if m else {}
+
+    def complete(self, dims: Mapping[str, int]) -> dict[str, int]:
+        """`dims` with the size rules (`sizes`) applied for the dims it lacks (a dict is
+        completed in place)."""
+        if self._sizes is None:
+            self._sizes = _compile_sizes(self)
+        return self._sizes(dims if type(dims) is dict else dict(dims))
+
+    def flat(self, dims: Mapping[str, int], key: str | None = None) -> tuple[int, ...]:
+        """The flat shapes the kernel takes: every dim of every tensor, in kernel order (of the
+        kernels of `key`; every optional tensor if None)."""
+        dims = self.complete(dict(dims))
+        given = frozenset(self._optional) if key is None else self.given_by_key(key)
+        return tuple(
+            d.value(dims) if not d.lead else dims[d.name]
+            for t in self.present(given)
+            for d in t.dims
+        )
+
+    def describe(self, dims: Mapping[str, int], key: str | None = None) -> str:
+        """A call's input matrices as text: ``x[4096, 7168]`` (what `info` and `check` print),
+        then the sizes no input shows, by their public names (``, num_experts=256``)."""
+        dims = self.complete(dict(dims))
+        given = frozenset(self._optional) if key is None else self.given_by_key(key)
+        shown = [t for t in self.present(given) if t.role == "in"]
+        text = " ".join(
             f"{t.name}[{', '.join(_shown(d, dims) for d in t.dims)}]"
-            for t in self.inputs
+            for t in shown
             if len(t.dims) >= 2
         )
+        bound = {n for t in shown for d in t.dims for n in _NAME.findall(d.text)}
+        keyed = self.keyed(key) if self.keyed is not None and key is not None else {}
+        extra = [n for n in self.given_names() if n not in bound and n not in keyed and n in dims]
+        # named as the caller passes them: "num_experts=256" rather than "E=256"
+        return text + "".join(f", {self.public.get(n, n)}={dims[n]}" for n in extra)
+
+    def given_names(self) -> tuple[str, ...]:
+        """The sizes no input binds and no rule gives: the wrapper passes them to `bind` (or a
+        key fixes them: `keyed`)."""
+        bound = {d.name for t in self.inputs for d in t.dims if d.name}
+        used = [n for t in self.tensors for d in t.dims for n in _NAME.findall(d.text)]
+        used += [n for e in self.sizes.values() for n in _NAME.findall(e)]
+        return tuple(dict.fromkeys(n for n in used if n not in bound and n not in self.sizes))
 
     def example_shapes(self, key: str) -> tuple[str, tuple[int, ...]]:
         """A typical call for `python -m tileaot info`: its description and flat shapes, from
         the schema's `example` sizes (and what `keyed` fixes for `key`)."""
         dims, _ = self.key_facts(key, self.example)
-        return self.describe(dims), self.flat(dims)
+        return self.describe(dims, key), self.flat(dims, key)
 
     def key_facts(self, key: str | None, dims: Mapping[str, Any]) -> tuple[dict, dict]:
         """`dims` plus the sizes `keyed` fixes for `key`, and the dtype variables it fixes."""
@@ -259,18 +374,66 @@ class OpSchema:
         bound.dims.update(dims)
         bound.picked.update(picked)
 
+    def writes_of(self, given: frozenset = frozenset()) -> int:
+        """The short path's output bits for a call with the optional inputs `given`: bit i for
+        each output among the tensors it passes (kernel order, no scratch)."""
+        tensors = [t for t in self.present(given) if t.role != "scratch"]
+        return sum(1 << i for i, t in enumerate(tensors) if t.role == "out")
+
+    # ------------------------------------------------------------ scratch
+    @property
+    def scratch(self) -> tuple[TensorSpec, ...]:
+        return tuple(t for t in self.tensors if t.role == "scratch")
+
+    def workspace_layout(self) -> tuple[list[str], str]:
+        """Byte offsets of the scratch tensors in the workspace and its total size, as integer
+        expressions over the size names (Python; C++ with ``/`` for ``//``): each tensor starts
+        on a 16-byte boundary (the runtime's alignment rule, as if each were its own tensor)."""
+        offsets, end = [], "0"
+        for t in self.scratch:
+            start = end if end == "0" else f"({end} + 15) // 16 * 16"
+            offsets.append(start)
+            size = " * ".join([f"({_size_expr(d)})" for d in t.dims] + [str(_ITEMSIZE[t.dtype])])
+            end = size if start == "0" else f"{start} + {size}"
+        return offsets, end
+
+    def workspace_size(self, dims: Mapping[str, int]) -> int:
+        """Bytes of scratch a call of sizes `dims` needs (0 for an op without scratch)."""
+        if self._workspace is None:
+            self._workspace = _lambda(self.workspace_layout()[1], f"workspace {self.op}")
+        return self._workspace(dims)
+
+    def workspace(self, fw: Any, like: Any, dims: Mapping[str, int]) -> Any:
+        """The scratch of one call: `workspace_size` bytes allocated like `like`."""
+        return like.new_empty(self.workspace_size(dims), dtype=fw.uint8)
+
     # ------------------------------------------------------------ the checked path
-    def bind(self, args: Mapping[str, Any]) -> Bound:
+    def bind(self, args: Mapping[str, Any], **given: int) -> Bound:
         """Check the input tensors (`args`: API name -> tensor or None for optional ones):
         dtypes, ranks, tied dims, then device and layout. Raises TypeError/ValueError naming
-        the argument.
+        the argument. `given`: the sizes no input binds (`given_names`, from the public
+        scalars); the size rules (`sizes`) are applied after (without `given`, only where
+        they need none: see `complete`).
 
         Straight-line code generated for this schema (`_compile_bind`) checks a valid call with
         one condition per rule; any failure reruns `bind_checked`, the rule-by-rule version
         that works out which rule broke and says so."""
-        if self._bind is None:
-            self._bind = _compile_bind(self)
-        return self._bind(args)
+        if self._optional:  # the code for the optional inputs given
+            opt = self._given_at[tuple(args[n] is not None for n in self._optional)]
+            fn = self._binds.get(opt)
+            if fn is None:
+                fn = self._binds[opt] = _compile_bind(self, opt)
+        else:
+            fn = self._bind
+            if fn is None:
+                fn = self._bind = _compile_bind(self)
+        b = fn(args)
+        # b.dims is this call's own dict. Rules over sizes the wrapper passes wait for them: a
+        # wrapper that checks its public arguments after `bind` adds them, then `complete`s.
+        if given or (self.sizes and not self._given_names):
+            b.dims.update(given)
+            self.complete(b.dims)
+        return b
 
     def bind_checked(self, args: Mapping[str, Any]) -> Bound:
         """`bind`, one rule at a time (the slow path: it raises the precise error)."""
@@ -287,6 +450,7 @@ class OpSchema:
             else:
                 picked[spec.dtype] = _pick_dtype(spec.api, t, self.dtypes[spec.dtype])
                 first[spec.dtype] = (spec.api, t)
+        self._check_selected(args, picked, first)
         dims: dict[str, int] = {}
         binder: dict[str, tuple[str, tuple]] = {}
         present = []
@@ -304,6 +468,24 @@ class OpSchema:
         device = _validate.check_memory(names, tensors)
         return Bound(picked, dims, device, lead or ())
 
+    def _check_selected(self, args: Mapping[str, Any], picked: dict, first: dict) -> None:
+        """An optional input that a dtype selects (``select = {"x_scale": ("X", "e4m3",
+        None)}``) is required with that dtype and refused with any other."""
+        for name, (var, value, *_) in self.select.items():
+            if var not in picked:
+                continue
+            holder, t = first[var]
+            attr = LITERALS[value][0]
+            spec = next(s for s in self.inputs if s.api == name)
+            if picked[var] == value and args[name] is None:
+                raise ValueError(
+                    f"{holder} has dtype {t.dtype}: pass {name} {spec.pattern()} with it"
+                )
+            if picked[var] != value and args[name] is not None:
+                raise ValueError(
+                    f"{name} is only for {holder} of dtype {attr}; {holder} has dtype {t.dtype}"
+                )
+
     def _bind_dims(self, spec: TensorSpec, shape: tuple, dims: dict, binder: dict) -> None:
         fixed = spec.dims[1:] if spec.lead else spec.dims
         if len(shape) < len(fixed) if spec.lead else len(shape) != len(fixed):
@@ -316,10 +498,21 @@ class OpSchema:
             name, rows = spec.dims[0].name, math.prod(shape[: len(shape) - len(fixed)])
             if dims.setdefault(name, rows) != rows:
                 by, by_shape = binder.get(name, (None, None))
+                by_spec = next((s for s in self.inputs if s.api == by and s.lead), None)
+                # that tensor's leading dims, then this one's own: "(4, NG)" for scale of q (4, 16)
+                lead = ["..."]
+                if by_spec is not None:
+                    lead = by_shape[: len(by_shape) - len(by_spec.dims) + 1]
+                filled = [
+                    d.text if _maybe_value(d, before) is None else str(d.value(before))
+                    for d in fixed
+                ]
+                parts = [*map(str, lead), *filled]
+                want = f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
                 match = f" to match {by} {by_shape}" if by else ""
                 raise ValueError(
-                    f"{spec.api} must have shape {self._expected(spec, before)} with leading dims "
-                    f"of {dims[name]} elements{match}; got {shape}"
+                    f"{spec.api} must have shape {want}{match} (leading dims of {dims[name]} "
+                    f"elements); got {shape}"
                 )
             binder.setdefault(name, (spec.api, shape))
         for i, (d, v) in enumerate(zip(fixed, tail, strict=True)):
@@ -331,8 +524,18 @@ class OpSchema:
                         f"not {d.text}"
                     )
                 continue
-            if d.name is None:
-                raise ValueError(f"schema {self.op}: input dim {d.text!r} binds no size")
+            if d.name is None:  # an expression over sizes bound before: x_scale[T, H // 128]
+                want = _maybe_value(d, dims)
+                if want is None:
+                    raise ValueError(f"schema {self.op}: input dim {d.text!r} binds no size")
+                if v != want:
+                    by = binder.get(_NAME.findall(d.text)[0], (None, None))
+                    match = f" to match {by[0]} {by[1]}" if by[0] else ""
+                    raise ValueError(
+                        f"{spec.api} must have shape {self._expected(spec, before)}{match}; "
+                        f"got {shape}"
+                    )
+                continue
             if v % d.factor:
                 raise ValueError(
                     f"{spec.api} must have shape {spec.pattern()}: its dim {axis} is {v}, not a "
@@ -343,7 +546,7 @@ class OpSchema:
                 dims[d.name], binder[d.name] = size, (spec.api, shape)
             elif dims[d.name] != size:
                 by, by_shape = binder.get(d.name, (None, None))
-                match = f" to match {by} {by_shape}" if by else ""
+                match = f" to match {by} {by_shape}" if by and by != spec.api else ""
                 raise ValueError(
                     f"{spec.api} must have shape {self._expected(spec, before)}{match}; got {shape}"
                 )
@@ -367,28 +570,51 @@ class OpSchema:
         """The output tensors: allocated like `like` (its framework and device), or `out=`
         checked (type, dtype, shape, device, layout, no overlap with inputs or each other)."""
         if self._outputs is None:
-            self._outputs = _compile_outputs(self)
+            self._outputs = (
+                self._outputs_given if self._optional else _compile_outputs(self, frozenset())
+            )
         return self._outputs(fw, like, b, out, inputs)
 
+    def _outputs_given(self, fw: Any, like: Any, b: Bound, out: Any, inputs: Mapping) -> tuple:
+        """`outputs` of a schema with optional inputs: the code for those given."""
+        given = self._given_at[tuple(inputs[n] is not None for n in self._optional)]
+        fn = self._outputs_by.get(given)
+        if fn is None:
+            fn = self._outputs_by[given] = _compile_outputs(self, given)
+        return fn(fw, like, b, out, inputs)
+
     # ------------------------------------------------------------ the launch
-    def launcher(self) -> Callable:
-        """``launch(handle, device, stream, *tensors, *scalars, **dims)`` in kernel order: one
-        `_C.launch` with the data pointers and flat shapes, as straight-line code (generated
-        once; no loops or lookups on the hot path)."""
-        if self._launch is None:
-            self._launch = _compile_launcher(self)
-        return self._launch
+    def launcher(self, given: frozenset = frozenset()) -> Callable:
+        """``launch(handle, device, stream, *tensors, [workspace,] *scalars, dims)``: one
+        `_C.launch` with the data pointers and flat shapes in kernel order, as straight-line
+        code (generated once per set of optional inputs `given`; no loops or lookups on the
+        hot path). `tensors` are every non-scratch tensor in kernel order (None for an absent
+        optional one); `workspace` (ops with scratch) holds the scratch tensors."""
+        fn = self._launch.get(given)
+        if fn is None:
+            fn = self._launch[given] = _compile_launcher(self, given)
+        return fn
 
     def launch(self, key: str, device: int, tensors: tuple, scalars: tuple, dims: dict) -> int:
         """Look up (op, key) and launch on the current stream; returns the handle."""
         handle = _lib.handle(self.op, key)
-        self.launcher()(handle, device, _lib.current_stream(device), *tensors, *scalars, **dims)
+        given = _NO_OPTIONAL
+        if self._optional:  # which optional inputs the call passes (kernel positions)
+            given = self._given_at[tuple(tensors[i] is not None for i in self._optional_at)]
+        self.launcher(given)(handle, device, _lib.current_stream(device), *tensors, *scalars, dims)
         return handle
 
     # ------------------------------------------------------------ torch and the build
+    def public_outs(self) -> tuple[TensorSpec, ...]:
+        """The outputs in the public order (``out=`` and the returned tuple)."""
+        if not self.order:
+            return self.outs
+        return tuple(sorted(self.outs, key=lambda t: self.order.index(t.api)))
+
     def torch_outs(self) -> tuple[str, ...]:
-        """Output names of the torch custom op (the `_out` op's arguments)."""
-        return tuple(s.api for s in self.outs)
+        """Output names of the torch custom op (the `_out` op's arguments; "name?" may be
+        None: an optional output)."""
+        return tuple(s.api + "?" * s.optional for s in self.public_outs())
 
     def fake(
         self,
@@ -398,10 +624,11 @@ class OpSchema:
         args: Mapping[str, Any] = {},  # noqa: B006
     ) -> tuple:
         """Empty stand-ins of the outputs for torch's fake tensors (symbolic sizes welcome):
-        shapes from the inputs' dims (with `sizes` from `args` and what `keyed` fixes for
-        `key`), dtypes from the schema; no checks."""
+        shapes from the inputs' dims, the public arguments `args` (`public`, then the `sizes`
+        rules) and what `keyed` fixes for `key`; dtypes from the schema; None for an optional
+        output whose input is absent; no checks."""
         picked: dict[str, str] = {}
-        dims: dict[str, Any] = self.arg_dims(args) if self.sizes else {}
+        dims: dict[str, Any] = {}
         lead: tuple = ()
         like = None
         for spec in self.inputs:
@@ -420,14 +647,24 @@ class OpSchema:
             for d, v in zip(fixed, tail, strict=True):
                 if d.name is not None:
                     dims.setdefault(d.name, v // d.factor)
+        for name, arg in self.public.items():
+            if name in self.dtypes:  # (argument, the dtype variable it defaults to)
+                value = args.get(arg[0])
+                picked[name] = picked[arg[1]] if value is None else short_of(value)
+            else:
+                dims[name] = args[arg]
         dims, fixed_dtypes = self.key_facts(key, dims)
         picked.update(fixed_dtypes)
+        dims = self.complete(dims)
+        given = frozenset(n for n in self._optional if inputs.get(n) is not None)
         return tuple(
-            like.new_empty(
+            None
+            if s.optional and s.follows not in given
+            else like.new_empty(
                 self.out_shape(s, dims, lead),
                 dtype=getattr(fw, LITERALS[_short(s.dtype, picked)][0]),
             )
-            for s in self.outs
+            for s in self.public_outs()
         )
 
     def check_signature(
@@ -441,7 +678,8 @@ class OpSchema:
         with the schema: names, order, kinds, ranks, dtypes for this key, and every fixed or
         specialised dim. `key_string` is the key's dispatch-key string (`KernelSpec.key_string`;
         by default spelled from `key`). ValueError naming the op and the first mismatch."""
-        want = [(t.name, "tensor") for t in self.tensors] + [(n, "scalar") for n, _ in self.scalars]
+        tensors = self.present(self._given_by_spec_key(key))
+        want = [(t.name, "tensor") for t in tensors] + [(n, "scalar") for n, _ in self.scalars]
         got = [(p["name"], p["kind"]) for p in params]
         if want != got:
             raise ValueError(f"{self.op}: kernel parameters {got} differ from the schema's {want}")
@@ -452,12 +690,14 @@ class OpSchema:
                 size = _maybe_value(Dim.parse(v), values) if isinstance(v, str) else v
                 if size is not None:
                     values[name] = size
-        for t, p in zip(self.tensors, params, strict=False):
+        for t, p in zip(tensors, params, strict=False):
             where = f"{self.op} ({dict(key)}, {dict(spec) or 'generic'}): tensor {t.name}"
             if len(p["shape"]) != len(t.dims):
                 raise ValueError(f"{where} has rank {len(p['shape'])}, the schema {len(t.dims)}")
             short = t.dtype if t.dtype in LITERALS else fixed.get(t.dtype)
-            dtype = _TVM[short] if short in _TVM else _TVM[_dtype_short(key, t.dtype)]
+            if short not in _TVM:
+                short = _dtype_short(key, t.dtype, self.fields)
+            dtype = _TVM[short]
             if p["dtype"] != dtype:
                 raise ValueError(f"{where} has dtype {p['dtype']}, the schema {dtype}")
             for d, k in zip(t.dims, p["shape"], strict=True):
@@ -469,14 +709,14 @@ class OpSchema:
                         )
                 elif d.text.isdigit():
                     raise ValueError(f"{where}: dim {d.text} is {k!r} in the kernel")
-        for (name, ctype), p in zip(self.scalars, params[len(self.tensors) :], strict=True):
+        for (name, ctype), p in zip(self.scalars, params[len(tensors) :], strict=True):
             if p["dtype"] != ctype:
                 raise ValueError(f"{self.op}: scalar {name} is {p['dtype']}, the schema {ctype}")
         # `key` spells the dispatch key (the C++ header builds it so): it must be the kernel's.
         fields = {}
         for _, name, _, _ in string.Formatter().parse(self.key):
             if name in self.dtypes:
-                fields[name] = fixed.get(name) or _dtype_short(key, name)
+                fields[name] = fixed.get(name) or _dtype_short(key, name, self.fields)
             elif name:
                 fields[name] = _BY_ATTR.get(key.get(name), key.get(name))
         spelled, want_key = self.key.format(**fields), key_string or _key_string(key)
@@ -501,9 +741,12 @@ def _maybe_value(d: Dim, values: Mapping[str, int]) -> int | None:
         return None
 
 
-def _dtype_short(key: Mapping[str, str], var: str) -> str:
+def _dtype_short(key: Mapping[str, str], var: str, fields: Mapping[str, str] = {}) -> str:  # noqa: B006
     """The short dtype of dtype variable `var` in a spec key ({"dtype": "bfloat16", ...})."""
-    name = key.get("dtype") if var == "T" else key.get(var, key.get(var.lower()))
+    if var in fields:
+        name = key.get(fields[var])
+    else:
+        name = key.get("dtype") if var == "T" else key.get(var, key.get(var.lower()))
     for short, (attr, tvm) in LITERALS.items():
         if name in (short, attr, tvm):
             return short
@@ -554,14 +797,23 @@ def _literal_dtype(name: str, t: Any, short: str) -> None:
         raise TypeError(f"{name} has dtype {t.dtype}; it must be {prefix}{LITERALS[short][0]}")
 
 
-def _compile_launcher(schema: OpSchema) -> Callable:
+def _compile_launcher(schema: OpSchema, given: frozenset) -> Callable:
     """Straight-line `launch` for `schema` (as dataclasses does: source text, then exec)."""
-    tensors = [t.name for t in schema.tensors]
+    tensors = [t.name for t in schema.tensors if t.role != "scratch"]
+    present = schema.present(given)
     scalars = [n for n, _ in schema.scalars]
-    names = sorted({d.name for t in schema.tensors for d in t.dims if d.name} | _expr_names(schema))
-    ptrs = ", ".join(f"{t}.data_ptr()" for t in tensors)
+    scratch = schema.scratch
+    offsets = schema.workspace_layout()[0]
+    # With scratch: an empty tensor's NULL data pointer (which the runtime refuses) is passed
+    # as the workspace's; a kernel gets no work on an empty tensor and never touches it.
+    ptrs = [
+        f"({t.name}.data_ptr() or w)" if scratch else f"{t.name}.data_ptr()"
+        for t in present
+        if t.role != "scratch"
+    ]
+    ptrs += ["w" if o == "0" else f"w + {o}" for o in offsets]
     flat = []
-    for t in schema.tensors:
+    for t in present:
         for d in t.dims:
             if d.lead or (d.name and d.factor == 1):
                 flat.append(d.name)
@@ -569,17 +821,54 @@ def _compile_launcher(schema: OpSchema) -> Callable:
                 flat.append(f"{d.factor} * {d.name}")
             else:
                 flat.append(f"({d.text})")
-    params = ", ".join(["handle", "device", "stream", *tensors, *scalars])
-    src = (
-        f"def launch({params}, *, {', '.join(names)}):\n"
-        f"    _lib.native().launch(handle, device, stream, ({ptrs},), "
+    params = ", ".join(
+        ["handle", "device", "stream", *tensors, *(["workspace"] if scratch else []), *scalars]
+    )
+    used = sorted(
+        {n for f in flat for n in _NAME.findall(f)} | {n for o in offsets for n in _NAME.findall(o)}
+    )
+    src = f"def launch({params}, dims):\n" + "".join(f"    {n} = dims[{n!r}]\n" for n in used)
+    if scratch:
+        src += "    w = workspace.data_ptr()\n"
+    src += (
+        f"    _lib.native().launch(handle, device, stream, ({', '.join(ptrs)},), "
         f"({', '.join(flat)},), ({''.join(s + ', ' for s in scalars)}))\n"
     )
-    scope: dict[str, Any] = {"_lib": _lib}
-    exec(compile(src, f"<tileaot launch {schema.op}>", "exec"), scope)  # noqa: S102
-    fn = scope["launch"]
+    return _exec_src(src, {"_lib": _lib}, f"launch {schema.op}", "launch")
+
+
+def _exec_src(src: str, scope: dict, where: str, name: str) -> Callable:
+    exec(compile(src, f"<tileaot {where}>", "exec"), scope)  # noqa: S102
+    fn = scope[name]
     fn.__source__ = src
     return fn
+
+
+def _lambda(expr: str, where: str) -> Callable:
+    """``dims -> int(expr)`` over the size names in `expr`, compiled once (straight-line)."""
+    body = "".join(f"    {n} = dims[{n!r}]\n" for n in sorted(set(_NAME.findall(expr))))
+    return _exec_src(f"def f(dims):\n{body}    return {expr}\n", {}, where, "f")
+
+
+def _compile_sizes(schema: OpSchema) -> Callable:
+    """``dims -> dims`` with each size rule applied where `dims` lacks the size."""
+    lines = ["def sizes(dims):"]
+    for name, expr in schema.sizes.items():
+        lines.append(f"    if {name!r} not in dims:")
+        lines += [f"        {n} = dims[{n!r}]" for n in sorted(set(_NAME.findall(expr)))]
+        lines.append(f"        dims[{name!r}] = {expr}")
+    lines.append("    return dims")
+    return _exec_src("\n".join(lines) + "\n", {}, f"sizes {schema.op}", "sizes")
+
+
+def _size_names(schema: OpSchema) -> list[str]:
+    return sorted({d.name for t in schema.tensors for d in t.dims if d.name} | _expr_names(schema))
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__
 
 
 def _expr_names(schema: OpSchema) -> set[str]:
@@ -592,21 +881,17 @@ def _expr_names(schema: OpSchema) -> set[str]:
     }
 
 
-def _compile_bind(schema: OpSchema) -> Callable:
-    """Straight-line `bind` for `schema`: for a valid call, one condition per rule and no
-    loops; on any failure it calls `bind_checked`, which raises the precise error."""
+def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
+    """Straight-line `bind` for `schema` called with the optional inputs `given`: for a valid
+    call, one condition per rule and no loops; on any failure it calls `bind_checked`, which
+    raises the precise error."""
     lines, types, conds, picked, dims, present = [], [], [], {}, {}, []
     holder: dict[str, str] = {}
-    for i, t in enumerate(schema.inputs):
+    ins = [t for t in schema.inputs if not t.optional or t.api in given]
+    for i, t in enumerate(ins):
         v = f"a{i}"
         lines.append(f"    {v} = args[{t.api!r}]")
-        present.append((t.api, v, t.optional))
-        if t.optional:  # None, or a tensor of its literal dtype (a dtype variable: generic path)
-            if t.dtype not in LITERALS:
-                return schema.bind_checked
-            attr = LITERALS[t.dtype][0]
-            conds.append(f"({v} is None or type({v}) is A.Tensor and {v}.dtype is A._torch.{attr})")
-            continue
+        present.append((t.api, v))
         types.append(f"type({v}) is A.Tensor")
         if t.dtype in LITERALS:
             conds.append(f"{v}.dtype is A._torch.{LITERALS[t.dtype][0]}")
@@ -621,17 +906,13 @@ def _compile_bind(schema: OpSchema) -> Callable:
             )
             types = []
             lines.append(f"    d{i} = {v}.dtype\n    k{i} = SHORT[d{i}]")
+    for name, (var, value, *_) in schema.select.items():  # x_scale iff X is e4m3
+        if var in picked:
+            conds.append(f"{picked[var]} {'==' if name in given else '!='} {value!r}")
     checks = []
-    for i, t in enumerate(schema.inputs):
+    for i, t in enumerate(ins):
         v = f"a{i}"
         fixed = t.dims[1:] if t.lead else t.dims
-        if t.optional:  # checks only where given; it may bind no size of its own
-            if t.lead or any(d.name and d.name not in dims for d in fixed):
-                return schema.bind_checked
-            body = _shape_checks(i, fixed, dims)
-            checks.append(f"    if {v} is not None:")
-            checks += ["    " + line for c in body for line in c.split("\n")]
-            continue
         rank = f"len(s{i}) >= {len(fixed)}" if t.lead else f"len(s{i}) == {len(fixed)}"
         checks.append(f"    s{i} = {v}.shape")
         checks.append(f"    if not ({rank}):\n        return schema.bind_checked(args)")
@@ -651,8 +932,14 @@ def _compile_bind(schema: OpSchema) -> Callable:
                     f"    if {item} != {d.text}:\n        return schema.bind_checked(args)"
                 )  # noqa: E501
                 continue
-            if d.name is None:
-                return schema.bind_checked
+            if d.name is None:  # an expression over sizes bound (as locals) before
+                names = _NAME.findall(d.text)
+                if not all(n in dims and not dims[n].startswith("prod(") for n in names):
+                    return schema.bind_checked
+                checks.append(
+                    f"    if {item} != ({d.text}):\n        return schema.bind_checked(args)"
+                )
+                continue
             size = item if d.factor == 1 else f"({item} // {d.factor})"
             if d.factor > 1:
                 checks.append(
@@ -669,33 +956,17 @@ def _compile_bind(schema: OpSchema) -> Callable:
     for name, expr in dims.items():
         if expr.startswith("prod("):
             checks.append(f"    {name} = {expr}")
-    names = " + ".join(
-        f"(() if {v} is None else ({n!r},))" if opt else f"({n!r},)" for n, v, opt in present
-    )
-    tensors = " + ".join(
-        f"(() if {v} is None else ({v},))" if o else f"({v},)" for _, v, o in present
-    )
+    names = ", ".join(repr(n) for n, _ in present)
+    tensors = ", ".join(v for _, v in present)
     src = "def bind(args):\n" + "\n".join(lines) + "\n"
     test = " and ".join(types + conds) or "True"
     src += f"    if not ({test}):\n        return schema.bind_checked(args)\n"
     src += "\n".join(checks) + "\n"
-    src += f"    device = check_memory({names}, {tensors})\n"
+    src += f"    device = check_memory(({names},), ({tensors},))\n"
     pick = ", ".join(f"{k!r}: {e}" for k, e in picked.items())
     dim = ", ".join(f"{k!r}: {k}" for k in dims)
     src += f"    return Bound({{{pick}}}, {{{dim}}}, device, {lead})\n"
     return _exec(src, schema, "bind")
-
-
-def _shape_checks(i: int, fixed: tuple[Dim, ...], dims: Mapping[str, str]) -> list[str]:
-    """The generated checks of input `i`'s rank and its dims against sizes already bound."""
-    out = [
-        f"    s{i} = a{i}.shape",
-        f"    if len(s{i}) != {len(fixed)}:\n        return schema.bind_checked(args)",
-    ]
-    for j, d in enumerate(fixed):
-        want = d.text if d.text.isdigit() else d.name if d.factor == 1 else f"{d.factor} * {d.name}"
-        out.append(f"    if s{i}[{j}] != {want}:\n        return schema.bind_checked(args)")
-    return out
 
 
 def _exec(src: str, schema: OpSchema, name: str) -> Callable:
@@ -715,12 +986,15 @@ def _exec(src: str, schema: OpSchema, name: str) -> Callable:
     return fn
 
 
-def _compile_outputs(schema: OpSchema) -> Callable:
-    """Straight-line `outputs` for `schema`: output shapes and dtypes from the bound sizes, the
-    int32 check, then allocation or the `out=` checks (type, dtype, shape, device, layout via
-    `_validate.check_out`, then overlap)."""
-    outs = schema.outs
-    names = sorted({d.name for t in schema.tensors for d in t.dims if d.name} | _expr_names(schema))
+def _compile_outputs(schema: OpSchema, given: frozenset) -> Callable:
+    """Straight-line `outputs` for `schema` called with the optional inputs `given`: output
+    shapes and dtypes from the bound sizes, the int32 check, then allocation or the `out=`
+    checks (type, dtype, shape, device, layout via `_validate.check_out`, then overlap), in the
+    public output order."""
+    outs = [t for t in schema.present(given) if t.role == "out"]
+    if schema.order:
+        outs.sort(key=lambda t: schema.order.index(t.api))
+    names = _size_names(schema)
     lines = ["def outputs(fw, like, b, out, inputs):", "    dims = b.dims"]
     lines += [f"    {n} = dims.get({n!r})" for n in names]
     shapes, dtypes = [], []
@@ -752,25 +1026,14 @@ def _compile_outputs(schema: OpSchema) -> Callable:
         lines.append(
             f"    if not isinstance(out, (tuple, list)) or len(out) != {len(outs)}:\n"
             f"        raise TypeError('out must be a ({what}) tuple of tensors; got ' "
-            "+ type(out).__name__)"
+            "+ _described(out))"
         )
         lines.append(f"    given = tuple(out)\n    names = {names!r}")
     for i in range(len(outs)):
         lines.append(f"    check_out(names[{i}], given[{i}], dt{i}, sh{i}, b.device)")
-    ins = tuple(t.api for t in schema.inputs)
-    if any(t.optional for t in schema.inputs):  # the inputs given, spelled out per optional one
-        present = [(t.api, t.optional) for t in schema.inputs]
-        names_of = " + ".join(
-            f"(() if inputs[{n!r}] is None else ({n!r},))" if o else f"({n!r},)" for n, o in present
-        )
-        values = " + ".join(
-            f"(() if inputs[{n!r}] is None else (inputs[{n!r}],))" if o else f"(inputs[{n!r}],)"
-            for n, o in present
-        )
-        lines.append(f"    check_no_overlap(names, given, {names_of}, {values})")
-    else:
-        vals = "".join(f"inputs[{n!r}], " for n in ins)
-        lines.append(f"    check_no_overlap(names, given, {ins!r}, ({vals}))")
+    ins = tuple(t.api for t in schema.inputs if not t.optional or t.api in given)
+    vals = "".join(f"inputs[{n!r}], " for n in ins)
+    lines.append(f"    check_no_overlap(names, given, {ins!r}, ({vals}))")
     lines.append("    return given")
     scope = {
         "LIMIT": _validate.INT32_LIMIT,
@@ -778,6 +1041,7 @@ def _compile_outputs(schema: OpSchema) -> Callable:
         "check_size": _validate.check_size,
         "check_out": _validate.check_out,
         "check_no_overlap": _validate.check_no_overlap,
+        "_described": _described,
         "ATTR": {short: attr for short, (attr, _) in LITERALS.items()},
     }
     src = "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
-"""Argument checks sinkhorn_normalize and its backward share (one module both import, so
-neither op module imports the other's checks: no import circle)."""
+"""Argument checks sinkhorn_normalize and its backward share beyond their schemas (one module
+both import, so neither op module imports the other's checks: no import circle)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 from . import _validate
 
-_DTYPES = ("fp32",)
 MAX_N = 16  # the generic kernels serve N <= 16; N = 4 and 8 have specialised kernels
 # Far above any useful count (Sinkhorn converges in tens); keeps the kernels' int32 loop
 # arithmetic (ceil-divisions of repeat) away from overflow.
@@ -16,13 +15,9 @@ MAX_REPEAT = 1 << 16
 _INF = float("inf")
 
 
-def check_args(name: str, logits: Any, repeat: Any, eps: Any) -> tuple[int, int, float]:
-    """Checks shared with the backward: (N, repeat, eps) for a valid call, else raises."""
-    _validate.dtype_key(name, logits, _DTYPES)
-    shape = logits.shape
-    if len(shape) < 2 or shape[-1] != shape[-2]:
-        raise ValueError(f"{name} must have shape (..., N, N); got {tuple(shape)}")
-    n = shape[-1]
+def check_args(name: str, n: int, repeat: Any, eps: Any) -> tuple[int, float]:
+    """What the schemas do not check: N (bound from `name`) <= 16, and the scalars; returns
+    (repeat, eps) of a valid call, else raises."""
     if n > MAX_N:
         raise ValueError(f"{name} has N = {n}; sinkhorn_normalize supports N <= {MAX_N}")
     if type(repeat) is not int:
@@ -36,4 +31,4 @@ def check_args(name: str, logits: Any, repeat: Any, eps: Any) -> tuple[int, int,
         raise ValueError(f"repeat must be in [1, {MAX_REPEAT}]; got {repeat}")
     if type(eps) is not float or not 0.0 <= eps < _INF:
         eps = _validate.nonneg_float("eps", eps)
-    return n, repeat, eps
+    return repeat, eps

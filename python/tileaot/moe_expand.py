@@ -5,7 +5,8 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _validate
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
@@ -17,6 +18,24 @@ GROUP = 128  # fp8: columns per x_scale entry
 _CHUNK = 1024  # entries per chunk of the counting kernels (kernels_py/moe/moe_expand.py)
 # T*K + 32 chunks must stay an int32 (the kernels round T*K up to whole blocks of chunks).
 _MAX_ENTRIES = _validate.INT32_LIMIT - 32 * _CHUNK
+# The scratch: per-chunk expert counts (then their prefixes), per-expert totals and the copy's
+# work list (one slot per entry). x_sorted has P rows, the most any routing can fill.
+SCHEMA = OpSchema(
+    _OP,
+    f"x[T, H]: X, x_scale?[T, H // {GROUP}]: fp32, idx[T, K]: i32"
+    f" -> x_sorted[P, H]: X, x_sorted_scale?[P, H // {GROUP}]: fp32 if x_scale,"
+    " expert_offsets[E + 1]: i32, token_pos[T, K]: i32,"
+    " scratch chunk_counts[NC, E]: i32, scratch expert_counts[E]: i32, scratch work[T * K]: i32;"
+    " alignment: int32",
+    dtypes={"X": ("bf16", "e4m3")},
+    fields={"X": "dtype"},
+    key="{X}",
+    select={"x_scale": ("X", "e4m3", None)},
+    sizes={"P": "T * K + E * (A - 1)", "NC": f"(T * K + {_CHUNK - 1}) // {_CHUNK}"},
+    public={"E": "num_experts", "A": "alignment"},
+    order=("x_sorted", "expert_offsets", "token_pos", "x_sorted_scale"),
+    example={"T": 4096, "H": 7168, "K": 8, "E": 256, "A": 16},
+)
 
 
 class MoeExpandResult(NamedTuple):
@@ -104,134 +123,40 @@ def moe_expand(
     """
     if type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(moe_expand, locals())
-    fw = _arrays.namespace(x)
-    fp8 = _dtype(x, "x", (fw.bfloat16, fw.float8_e4m3fn)) is fw.float8_e4m3fn
-    _dtype(idx, "idx", (fw.int32,))
-    if x.dim() != 2 or idx.dim() != 2 or idx.shape[0] != x.shape[0]:
-        raise ValueError(
-            f"x must be [T, H] and idx [T, K] with the same T; got x {tuple(x.shape)}, "
-            f"idx {tuple(idx.shape)}"
-        )
-    t, h = x.shape
-    k = idx.shape[1]
     e = _int_in("num_experts", num_experts, 1, E_MAX)
     align = _int_in("alignment", alignment, 1, ALIGN_MAX)
-    if fp8:
-        if x_scale is None:
-            raise ValueError(
-                f"x is {x.dtype}: pass its scales x_scale [T, H // {GROUP}] (torch.float32)"
-            )
-        if h % GROUP:
-            raise ValueError(
-                f"fp8 x needs H % {GROUP} == 0 (one scale per {GROUP} columns); H = {h}"
-            )
-        _dtype(x_scale, "x_scale", (fw.float32,))
-        if x_scale.shape != (t, h // GROUP):
-            raise ValueError(
-                f"x_scale must be [T, H // {GROUP}] = ({t}, {h // GROUP}); "
-                f"got {tuple(x_scale.shape)}"
-            )
-        names, inputs = ("x", "x_scale", "idx"), (x, x_scale, idx)
-    else:
-        if x_scale is not None:
-            raise ValueError(f"x_scale is only for float8_e4m3fn x; x is {x.dtype}")
-        names, inputs = ("x", "idx"), (x, idx)
-    device = _validate.check_memory(names, inputs)
-    rows = t * k + e * (align - 1)
-    if t * k >= _MAX_ENTRIES:
+    inputs = {"x": x, "x_scale": x_scale, "idx": idx}
+    # x_scale is required with fp8 x and refused otherwise (the schema's `select`).
+    bound = SCHEMA.bind(inputs, E=e, A=align)
+    dims = bound.dims
+    fp8 = x_scale is not None
+    if fp8 and dims["H"] % GROUP:
         raise ValueError(
-            f"idx has T * K = {t * k} entries; moe_expand handles fewer than {_MAX_ENTRIES} "
+            f"fp8 x needs H % {GROUP} == 0 (one scale per {GROUP} columns); H = {dims['H']}"
+        )
+    entries = dims["T"] * dims["K"]
+    if entries >= _MAX_ENTRIES:
+        raise ValueError(
+            f"idx has T * K = {entries} entries; moe_expand handles fewer than {_MAX_ENTRIES} "
             "(32-bit indexing): split the tokens"
         )
-    _validate.check_size("x_sorted [T*K + E*(alignment-1), H]", (rows, h))
-    shapes_out = [(rows, h), (e + 1,), (t, k)] + ([(rows, h // GROUP)] if fp8 else [])
-    dtypes_out = [x.dtype, fw.int32, fw.int32] + ([fw.float32] if fp8 else [])
-    names_out = ("out[0] (x_sorted)", "out[1] (expert_offsets)", "out[2] (token_pos)")
-    names_out += ("out[3] (x_sorted_scale)",) if fp8 else ()
-    if out is None:
-        outs = [x.new_empty(s, dtype=d) for s, d in zip(shapes_out, dtypes_out, strict=True)]
-    else:
-        if not isinstance(out, (tuple, list)) or len(out) != len(shapes_out):
-            what = "(x_sorted, expert_offsets, token_pos" + (", x_sorted_scale)" if fp8 else ")")
-            raise TypeError(f"out must be a tuple {what}; got {_describe(out)}")
-        outs = list(out)
-        for name, o, d, s in zip(names_out, outs, dtypes_out, shapes_out, strict=True):
-            _validate.check_out(name, o, d, s, device)
-        _validate.check_no_overlap(names_out, tuple(outs), names, inputs)
-    x_sorted, offsets, token_pos = outs[:3]
-    result = MoeExpandResult(x_sorted, offsets, token_pos, outs[3] if fp8 else None)
-    if t * k == 0:
-        offsets.zero_()
+    fw = _arrays.namespace(x)
+    outs = SCHEMA.outputs(fw, x, bound, out, inputs)
+    result = MoeExpandResult(*outs, *(() if fp8 else (None,)))
+    if entries == 0:
+        result.expert_offsets.zero_()
         return result
-    chunks = -(-(t * k) // _CHUNK)
-    # Scratch: per-chunk expert counts (then their prefixes), per-expert totals, and the copy's
-    # work list (one slot per entry), each starting on a 16-byte boundary (as if they were
-    # three aligned tensors).
-    totals_at = _aligned(chunks * e)
-    work_at = totals_at + _aligned(e)
-    scratch = x.new_empty(work_at + t * k, dtype=fw.int32)
-    counts_ptr = scratch.data_ptr()
-    totals_ptr = counts_ptr + totals_at * 4
-    work_ptr = counts_ptr + work_at * 4
-
-    # H == 0: x and x_sorted are empty (NULL pointers, which the runtime refuses) while the
-    # routing outputs are not; the copy kernels get no column blocks and never touch them.
-    def ptr(tensor):
-        return tensor.data_ptr() or counts_ptr
-
-    if fp8:
-        ptrs = (ptr(x), ptr(x_scale), idx.data_ptr(), ptr(x_sorted))
-        ptrs += (ptr(outs[3]), offsets.data_ptr(), token_pos.data_ptr())
-    else:
-        ptrs = (ptr(x), idx.data_ptr(), ptr(x_sorted), offsets.data_ptr())
-        ptrs += (token_pos.data_ptr(),)
-    _lib.native().launch(
-        _lib.handle(_OP, "e4m3" if fp8 else "bf16"),
-        device,
-        _lib.current_stream(device),
-        (*ptrs, counts_ptr, totals_ptr, work_ptr),
-        _flat_shapes(t, h, k, e, rows, fp8),
-        (align,),
-    )
+    x_sorted, offsets, token_pos, x_sorted_scale = result
+    tensors = (x, x_scale, idx, x_sorted, x_sorted_scale, offsets, token_pos)
+    workspace = SCHEMA.workspace(fw, x, dims)
+    SCHEMA.launch(bound.picked["X"], bound.device, (*tensors, workspace), (align,), dims)
     return result
 
 
-def _flat_shapes(t: int, h: int, k: int, e: int, rows: int, fp8: bool) -> tuple[int, ...]:
-    """Every tensor's dims in the kernel's parameter order, concatenated (what the runtime
-    checks): x, (x_scale), idx, x_sorted, (x_sorted_scale), expert_offsets, token_pos, then
-    the scratch: per-chunk counts, per-expert totals, the work list."""
-    chunks = -(-(t * k) // _CHUNK)
-    tail = (e + 1, t, k, chunks, e, e, t * k)
-    if fp8:
-        g = h // GROUP
-        return (t, h, t, g, t, k, rows, h, rows, g) + tail
-    return (t, h, t, k, rows, h) + tail
+example_shapes = SCHEMA.example_shapes
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    t, h, k, e, rows = 4096, 7168, 8, 256, 4096 * 8 + 256 * 15
-    if key == "e4m3":
-        return "x[4096, 7168] e4m3, idx[4096, 8], E=256", _flat_shapes(t, h, k, e, rows, True)
-    return "x[4096, 7168], idx[4096, 8], E=256", _flat_shapes(t, h, k, e, rows, False)
-
-
-def _aligned(n: int) -> int:
-    """`n` int32s rounded up to a multiple of 4 (16 bytes)."""
-    return -(-n // 4) * 4
-
-
-# --- argument checks beyond _validate (fp8 and int32 dtypes, bounded ints); moe_reduce uses
-# them too ---------------------------------------------------------------------------------
-
-
-def _dtype(t: Any, name: str, allowed: tuple[Any, ...]) -> Any:
-    """The dtype of tensor `t`, which must be one of `allowed` (torch dtypes)."""
-    _validate.require_tensor(name, t)
-    if t.dtype not in allowed:
-        names = ", ".join(str(d) for d in allowed)
-        raise TypeError(f"{name} has dtype {t.dtype}; supported: {names}")
-    return t.dtype
+# --- argument checks beyond the schema ----------------------------------------------------
 
 
 def _int_in(name: str, value: Any, lo: int, hi: int) -> int:
@@ -243,9 +168,3 @@ def _int_in(name: str, value: Any, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}]; got {value}")
     return value
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)}"
-    return type(value).__name__

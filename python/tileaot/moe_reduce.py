@@ -5,16 +5,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
-from .moe_expand import _dtype
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "moe_reduce"
+SCHEMA = OpSchema(
+    _OP,
+    "y_sorted[P, H]: Y, token_pos[T, K]: i32, weights?[T, K]: fp32 -> out[T, H]: O",
+    dtypes={"Y": ("bf16", "fp32"), "O": ("bf16", "fp32")},
+    fields={"Y": "dtype", "O": "out_dtype"},
+    key="{Y},{O},{mode}",
+    select={"weights": ("mode", "weighted", "sum")},
+    public={"O": ("out_dtype", "Y")},
+    example={"P": 4096 * 8 + 256 * 15, "H": 7168, "T": 4096, "K": 8},
+)
 _SHORT = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "bfloat16": "bf16", "float32": "fp32"}
 _KEYS: dict[tuple[Any, Any, bool], str] = {}  # (y dtype, out dtype, weighted) -> dispatch key
-# `_lib.fast`: tensors (y_sorted, token_pos, out), or (y_sorted, token_pos, weights, out)
-_WRITES_OUT = {False: 0b100, True: 0b1000}
+# The short path's output bits, by `weights is not None`: tensors (y_sorted, token_pos, out)
+# or (y_sorted, token_pos, weights, out).
+_WRITES_OUT = {False: SCHEMA.writes_of(), True: SCHEMA.writes_of(frozenset({"weights"}))}
 
 
 def moe_reduce(
@@ -90,8 +101,9 @@ def moe_reduce(
         return _arrays.call(moe_reduce, locals())
     fw = _arrays.namespace(y_sorted)
     floats = (fw.bfloat16, fw.float32)
-    y_dtype = _dtype(y_sorted, "y_sorted", floats)
-    _dtype(token_pos, "token_pos", (fw.int32,))
+    inputs = {"y_sorted": y_sorted, "token_pos": token_pos, "weights": weights}
+    bound = SCHEMA.bind(inputs)
+    y_dtype = y_sorted.dtype
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, fw.Tensor) else y_dtype
         if out_dtype not in floats:  # out's own dtype, which nothing below checks
@@ -102,50 +114,22 @@ def moe_reduce(
         raise TypeError(
             f"out_dtype must be torch.bfloat16 or torch.float32 (or None); got {out_dtype!r}"
         )
-    if y_sorted.dim() != 2 or token_pos.dim() != 2:
-        raise ValueError(
-            f"y_sorted must be [P, H] and token_pos [T, K]; got y_sorted "
-            f"{tuple(y_sorted.shape)}, token_pos {tuple(token_pos.shape)}"
-        )
-    p, h = y_sorted.shape
-    t, k = token_pos.shape
-    weighted = weights is not None
-    if weighted:
-        _dtype(weights, "weights", (fw.float32,))
-        if weights.shape != token_pos.shape:
-            raise ValueError(
-                f"weights must have the shape of token_pos {tuple(token_pos.shape)}; got "
-                f"{tuple(weights.shape)}"
-            )
-        names, inputs = ("y_sorted", "token_pos", "weights"), (y_sorted, token_pos, weights)
-    else:
-        names, inputs = ("y_sorted", "token_pos"), (y_sorted, token_pos)
-    device = _validate.check_memory(names, inputs)
-    if out is None:
-        _validate.check_size("out", (t, h))
-        result = y_sorted.new_empty(t, h, dtype=out_dtype)
-    else:
-        _validate.check_out("out", out, out_dtype, (t, h), device)
-        _validate.check_no_overlap(("out",), (out,), names, inputs)
-        result = out
-    if t == 0 or h == 0:
+    bound.picked["O"] = _SHORT[str(out_dtype)]
+    (result,) = SCHEMA.outputs(fw, y_sorted, bound, out, inputs)
+    dims = bound.dims
+    if dims["T"] == 0 or dims["H"] == 0:
         return result
-    if k == 0 or p == 0:
+    if dims["K"] == 0 or dims["P"] == 0:
         return result.zero_()
+    weighted = weights is not None
     key = _KEYS.get((y_dtype, out_dtype, weighted))
     if key is None:
         mode = "weighted" if weighted else "sum"
         key = _KEYS[(y_dtype, out_dtype, weighted)] = (
             f"{_SHORT[str(y_dtype)]},{_SHORT[str(out_dtype)]},{mode}"
         )
-    if weighted:
-        ptrs = (y_sorted.data_ptr(), token_pos.data_ptr(), weights.data_ptr(), result.data_ptr())
-        shapes = (p, h, t, k, t, k, t, h)
-    else:
-        ptrs = (y_sorted.data_ptr(), token_pos.data_ptr(), result.data_ptr())
-        shapes = (p, h, t, k, t, h)
-    handle = _lib.handle(_OP, key)
-    _lib.native().launch(handle, device, _lib.current_stream(device), ptrs, shapes, ())
+    tensors = (y_sorted, token_pos, weights, result)
+    handle = SCHEMA.launch(key, bound.device, tensors, (), dims)
     if type(y_sorted) is _arrays.Tensor:  # launched what `_fast` passes: these shapes
         _lib.learn((_OP, y_dtype, out_dtype, weighted), handle)
     return result
@@ -169,9 +153,4 @@ def _fast(y_sorted, token_pos, weights, out_dtype, out):
     return None
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    p, h, t, k = 4096 * 8 + 256 * 15, 7168, 4096, 8
-    if key.endswith(",weighted"):
-        return "y_sorted[36608, 7168], token_pos/weights[4096, 8]", (p, h, t, k, t, k, t, h)
-    return "y_sorted[36608, 7168], token_pos[4096, 8]", (p, h, t, k, t, h)
+example_shapes = SCHEMA.example_shapes

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-import math
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
+from ._schema import OpSchema
 from ._sinkhorn_args import _INF, MAX_N, MAX_REPEAT, check_args
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "sinkhorn_normalize"
-_FAST_KEY = (_OP, "fp32")  # `_lib.fast`: tensors (logits, p) of a 3-D logits, p written
+SCHEMA = OpSchema(
+    _OP,
+    "logits[*M, N, N]: fp32 -> out[*M, N, N]: fp32; repeat: int32, eps: float32",
+    key="fp32",
+    example={"M": 32768, "N": 4},
+    backward="sinkhorn_normalize_backward",
+)
+_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
+_FAST_KEY = (_OP, "fp32")  # `_lib.fast`: tensors (logits, p) of a 3-D logits
 _autograd_fn: Any = None  # the torch.autograd.Function, built on first use (torch is lazy)
 
 
@@ -92,45 +101,33 @@ def sinkhorn_normalize(
         and not logits.requires_grad
     ):
         p = logits.new_empty(logits.shape) if out is None else out
-        if _lib.fast(_FAST_KEY, (logits, p), (repeat, eps), 0b10):
+        if _lib.fast(_FAST_KEY, (logits, p), (repeat, eps), _WRITES):
             return p
     elif type(logits) is not _arrays.Tensor and _arrays.foreign(logits):
         return _arrays.call(sinkhorn_normalize, locals())
-    fw = _arrays.namespace(logits)
-    n, repeat, eps = check_args("logits", logits, repeat, eps)
-    if logits.requires_grad and fw.is_grad_enabled():
+    bound = SCHEMA.bind({"logits": logits})
+    repeat, eps = check_args("logits", bound.dims["N"], repeat, eps)
+    if logits.requires_grad and _arrays.namespace(logits).is_grad_enabled():
         if out is not None:
             raise ValueError(
                 "out= is not allowed when logits requires grad (the result would not be "
                 "differentiable): pass out=None, or call under torch.no_grad()"
             )
         return _function().apply(logits, repeat, eps)
-    return _forward(logits, n, repeat, eps, out)
+    return _forward(logits, repeat, eps, out, bound)
 
 
 def _forward(
-    logits: torch.Tensor, n: int, repeat: int, eps: float, out: torch.Tensor | None
+    logits: torch.Tensor, repeat: int, eps: float, out: torch.Tensor | None, bound: Any = None
 ) -> torch.Tensor:
-    fw = _arrays.namespace(logits)
-    device = _validate.check_memory(("logits",), (logits,))
-    if out is None:
-        p = fw.empty_like(logits)
-    else:
-        _validate.check_out("out", out, logits.dtype, logits.shape, device)
-        _validate.check_no_overlap(("out",), (out,), ("logits",), (logits,))
-        p = out
+    """The launch of a checked call (`bound`: its `SCHEMA.bind`, done again if None)."""
+    if bound is None:
+        bound = SCHEMA.bind({"logits": logits})
+    inputs = {"logits": logits}
+    (p,) = SCHEMA.outputs(_arrays.namespace(logits), logits, bound, out, inputs)
     if logits.numel() == 0:
         return p
-    m = math.prod(logits.shape[:-2])
-    handle = _lib.handle(_OP, "fp32")
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (logits.data_ptr(), p.data_ptr()),
-        (m, n, n, m, n, n),
-        (repeat, eps),
-    )
+    handle = SCHEMA.launch("fp32", bound.device, (logits, p), (repeat, eps), bound.dims)
     if type(logits) is _arrays.Tensor:  # the short path passes (logits, p) of a 3-D logits
         _lib.learn(_FAST_KEY, handle)
     return p
@@ -143,14 +140,17 @@ def _function() -> Any:
         import torch
         from torch.autograd.function import once_differentiable
 
-        from .sinkhorn_normalize_backward import sinkhorn_normalize_backward
+        # The gradient's op, by the schema's pairing (imported by name: no import circle).
+        backward = getattr(
+            importlib.import_module(f"{__package__}.{SCHEMA.backward}"), SCHEMA.backward
+        )
 
         class SinkhornNormalize(torch.autograd.Function):
             @staticmethod
             def forward(ctx, logits, repeat, eps):
                 ctx.save_for_backward(logits)
                 ctx.repeat, ctx.eps = repeat, eps
-                return _forward(logits, logits.shape[-1], repeat, eps, None)
+                return _forward(logits, repeat, eps, None)
 
             @staticmethod
             @once_differentiable
@@ -158,12 +158,10 @@ def _function() -> Any:
                 (logits,) = ctx.saved_tensors
                 if not grad.is_contiguous() or grad.data_ptr() % _validate.ALIGN:
                     grad = grad.clone(memory_format=torch.contiguous_format)
-                return sinkhorn_normalize_backward(grad, logits, ctx.repeat, ctx.eps), None, None
+                return backward(grad, logits, ctx.repeat, ctx.eps), None, None
 
         _autograd_fn = SinkhornNormalize
     return _autograd_fn
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    return "logits[32768, 4, 4]", (32768, 4, 4, 32768, 4, 4)
+example_shapes = SCHEMA.example_shapes

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-from . import _arrays, _lib, _validate
+from . import _arrays
+from ._schema import OpSchema
 from ._sinkhorn_args import check_args
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "sinkhorn_normalize_backward"
+SCHEMA = OpSchema(
+    _OP,
+    "grad_out[*M, N, N]: fp32, logits[*M, N, N]: fp32 -> grad_logits[*M, N, N]: fp32 as out; "
+    "repeat: int32, eps: float32",
+    key="fp32",
+    example={"M": 32768, "N": 4},
+)
 
 
 def sinkhorn_normalize_backward(
@@ -70,35 +77,19 @@ def sinkhorn_normalize_backward(
     """
     if type(grad_out) is not _arrays.Tensor and _arrays.foreign(grad_out):
         return _arrays.call(sinkhorn_normalize_backward, locals())
-    fw = _arrays.namespace(grad_out)
-    n, repeat, eps = check_args("logits", logits, repeat, eps)
-    _validate.same_dtype("grad_out", grad_out, "logits", logits)
-    if grad_out.shape != logits.shape:
+    inputs = {"grad_out": grad_out, "logits": logits}
+    bound = SCHEMA.bind(inputs)
+    repeat, eps = check_args("logits", bound.dims["N"], repeat, eps)
+    if grad_out.shape != logits.shape:  # the leading dims too (the schema ties only N)
         raise ValueError(
             f"grad_out has shape {tuple(grad_out.shape)}; it must match logits "
             f"{tuple(logits.shape)}"
         )
-    device = _validate.check_memory(("grad_out", "logits"), (grad_out, logits))
-    if out is None:
-        grad = fw.empty_like(logits)
-    else:
-        _validate.check_out("out", out, logits.dtype, logits.shape, device)
-        _validate.check_no_overlap(("out",), (out,), ("grad_out", "logits"), (grad_out, logits))
-        grad = out
+    (grad,) = SCHEMA.outputs(_arrays.namespace(logits), logits, bound, out, inputs)
     if logits.numel() == 0:
         return grad
-    m = math.prod(logits.shape[:-2])
-    _lib.native().launch(
-        _lib.handle(_OP, "fp32"),
-        device,
-        _lib.current_stream(device),
-        (grad_out.data_ptr(), logits.data_ptr(), grad.data_ptr()),
-        (m, n, n, m, n, n, m, n, n),
-        (repeat, eps),
-    )
+    SCHEMA.launch("fp32", bound.device, (grad_out, logits, grad), (repeat, eps), bound.dims)
     return grad
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    return "logits[32768, 4, 4]", (32768, 4, 4) * 3
+example_shapes = SCHEMA.example_shapes

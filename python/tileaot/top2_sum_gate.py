@@ -21,7 +21,8 @@ SCHEMA = OpSchema(
     "num_tp: int32, scale: float32",
     key="fp32,{scoring}",
     example={"M": 4096, "E": 256, "P": 8},
-    sizes={"P": "k + num_shared_experts"},
+    sizes={"P": "K + S"},  # idx's columns: k routed experts, then the shared ones
+    public={"K": "k", "S": "num_shared_experts"},
 )
 _WRITES = SCHEMA.writes
 SCORINGS = ("sigmoid",)  # TileKernels also has softmax and sqrtsoftplus: not built here
@@ -168,7 +169,8 @@ def top2_sum_gate(
     inputs = {"logits": logits, "bias": bias}
     bound = SCHEMA.bind(inputs)
     scalars = _scalars(bound.dims["E"], *options)
-    bound.dims.update(SCHEMA.arg_dims({"k": k, "num_shared_experts": num_shared_experts}))
+    bound.dims.update(K=k, S=num_shared_experts)  # checked: now the P rule may use them
+    SCHEMA.complete(bound.dims)
     idx, weights = SCHEMA.outputs(_arrays.namespace(logits), logits, bound, out, inputs)
     if bound.dims["M"] == 0:
         return idx, weights

@@ -5,12 +5,21 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _lib
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "topk_gate"
+SCHEMA = OpSchema(
+    _OP,
+    "scores[T, E]: fp32 -> idx[T, K]: i32, weights[T, K]: fp32; renorm: int32",
+    key="fp32,{scoring}",
+    example={"T": 4096, "E": 256, "K": 8},
+    public={"K": "k"},
+)
+_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 _KEYS = {"softmax": "fp32,softmax", "sigmoid": "fp32,sigmoid"}  # scoring -> dispatch key
 MAX_EXPERTS = 512
 MAX_K = 32  # as TileKernels' top2_sum_gate
@@ -102,15 +111,10 @@ def topk_gate(
         if pair is None:
             t = scores.shape[0]
             pair = scores.new_empty(t, k, dtype=_arrays._torch.int32), scores.new_empty(t, k)
-        if _lib.fast((_OP, scoring), (scores, *pair), (1.0 if renormalize else 0.0,), 0b110):
+        if _lib.fast((_OP, scoring), (scores, *pair), (1.0 if renormalize else 0.0,), _WRITES):
             return pair
     elif type(scores) is not _arrays.Tensor and _arrays.foreign(scores):
         return _arrays.call(topk_gate, locals())
-    fw = _arrays.namespace(scores)
-    _validate.dtype_key("scores", scores, ("fp32",))
-    if scores.dim() != 2:
-        raise ValueError(f"scores must be 2-D [T, E]; got shape {tuple(scores.shape)}")
-    t, e = scores.shape
     if type(k) is not int:
         k = _int("k", k)
     key = _KEYS.get(scoring) if type(scoring) is str else None
@@ -120,38 +124,19 @@ def topk_gate(
         raise ValueError(f"scoring must be 'softmax' or 'sigmoid'; got {scoring!r}")
     if type(renormalize) is not bool:
         raise TypeError(f"renormalize must be a bool, got {type(renormalize).__name__}")
+    bound = SCHEMA.bind({"scores": scores}, K=k)
+    e = bound.dims["E"]
     if not 0 < e <= MAX_EXPERTS:
         raise ValueError(f"scores has E = {e} experts; topk_gate supports 1 <= E <= {MAX_EXPERTS}")
     if not 0 < k <= min(MAX_K, e):
         raise ValueError(
             f"k must be in [1, {min(MAX_K, e)}] (at most {MAX_K} and E = {e}); got {k}"
         )
-    device = _validate.check_memory(("scores",), (scores,))
-    if out is None:
-        idx = scores.new_empty(t, k, dtype=fw.int32)
-        weights = scores.new_empty(t, k)
-    else:
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise TypeError(
-                f"out must be an (idx, weights) pair of tensors; got {type(out).__name__}"
-            )
-        idx, weights = out
-        _validate.check_out("out[0] (idx)", idx, fw.int32, (t, k), device)
-        _validate.check_out("out[1] (weights)", weights, fw.float32, (t, k), device)
-        _validate.check_no_overlap(
-            ("out[0] (idx)", "out[1] (weights)"), (idx, weights), ("scores",), (scores,)
-        )
-    if t == 0:
+    idx, weights = SCHEMA.outputs(_arrays.namespace(scores), scores, bound, out, {"scores": scores})
+    if bound.dims["T"] == 0:
         return idx, weights
-    handle = _lib.handle(_OP, key)
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (scores.data_ptr(), idx.data_ptr(), weights.data_ptr()),
-        (t, e, t, k, t, k),
-        (1.0 if renormalize else 0.0,),
-    )
+    renorm = 1.0 if renormalize else 0.0
+    handle = SCHEMA.launch(key, bound.device, (scores, idx, weights), (renorm,), bound.dims)
     if type(scores) is _arrays.Tensor:  # the short path passes (scores, idx, weights)
         _lib.learn((_OP, scoring), handle)
     return idx, weights
@@ -167,6 +152,4 @@ def _int(name: str, value: object) -> int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    return "scores[4096, 256], k=8", (4096, 256, 4096, 8, 4096, 8)
+example_shapes = SCHEMA.example_shapes

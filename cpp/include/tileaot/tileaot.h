@@ -60,6 +60,14 @@ TILEAOT_API int32_t tileaot_tensor_param(int32_t handle, int32_t i, const char**
  * concatenated `shapes`), or -1 (error set) for a bad handle or index. */
 TILEAOT_API int32_t tileaot_tensor_ndim(int32_t handle, int32_t i);
 
+/* Bytes of scratch (device memory, 16-byte aligned) a launch of (op, key) needs, in *bytes:
+ * shapes are the dims of the op's tensors less its scratch ones, concatenated in parameter
+ * order (what tileaot_launch takes, without the scratch tensors' dims); 0 for an op without
+ * scratch. Pass the workspace's pointer as the scratch tensors' data, or use <tileaot/ops.hpp>,
+ * whose functions take one workspace and carve the scratch tensors out of it. */
+TILEAOT_API int tileaot_workspace_size(const char* op, const char* key, const int64_t* shapes,
+                                       int32_t n_shapes, int64_t* bytes);
+
 /* "sm_90a"-style name of the SASS target family for device `device`, or NULL. */
 TILEAOT_API const char* tileaot_device_arch(int32_t device);
 

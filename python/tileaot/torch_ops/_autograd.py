@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..sinkhorn_normalize import SCHEMA as _SINKHORN
+
 
 def register_autograd(defs: dict[str, Any]) -> None:
     defs["sinkhorn_normalize"].register_autograd(
@@ -27,7 +29,8 @@ def _sinkhorn_normalize_setup(ctx: Any, inputs: tuple, output: Any) -> None:
 
 def _sinkhorn_normalize_backward(ctx: Any, grad: torch.Tensor) -> tuple:
     (logits,) = ctx.saved_tensors
-    grad_logits = torch.ops.tileaot.sinkhorn_normalize_backward(grad, logits, ctx.repeat, ctx.eps)
+    backward = getattr(torch.ops.tileaot, _SINKHORN.backward)  # the schema's pairing
+    grad_logits = backward(grad, logits, ctx.repeat, ctx.eps)
     return grad_logits, None, None
 
 

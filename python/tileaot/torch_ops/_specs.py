@@ -23,7 +23,6 @@ from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
 from ..gemm import gemm
-from ..moe_expand import GROUP as MOE_GROUP
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..per_block_cast_fp8 import per_block_cast_fp8
@@ -99,38 +98,12 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
             key = schema.key_of(given)
             if isinstance(key, tuple):
                 serving, key = key
-        tensors = {t.api: given[t.api] for t in serving.inputs if t.api in given}
+        tensors = {t.api: given.get(t.api) for t in serving.inputs}
         outs = serving.fake(tensors, torch, key, given)
         return outs[0] if len(outs) == 1 else outs
 
     fixed = extra.get("fixed", {})
     return OpSpec(fn, _schema_args(fn, fixed), schema.torch_outs(), fake, **extra)
-
-
-def _like(x: torch.Tensor, *_: Any) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-def _topk_gate(scores, k, scoring, renormalize):
-    t = scores.shape[0]
-    return scores.new_empty(t, k, dtype=torch.int32), scores.new_empty(t, k)
-
-
-def _sinkhorn_normalize_backward(grad_out, logits, repeat, eps):
-    return torch.empty_like(logits)
-
-
-def _moe_expand(x, idx, num_experts, alignment, x_scale):
-    (t, h), k = x.shape, idx.shape[1]
-    rows = t * k + num_experts * (alignment - 1)  # every routing fits: no data-dependent size
-    scale = None if x_scale is None else x.new_empty(rows, h // MOE_GROUP, dtype=torch.float32)
-    offsets = x.new_empty(num_experts + 1, dtype=torch.int32)
-    return x.new_empty(rows, h), offsets, x.new_empty(t, k, dtype=torch.int32), scale
-
-
-def _moe_reduce(y_sorted, token_pos, weights, out_dtype):
-    t, h = token_pos.shape[0], y_sorted.shape[1]
-    return y_sorted.new_empty(t, h, dtype=y_sorted.dtype if out_dtype is None else out_dtype)
 
 
 def _engram_gate(h, k, v, w_h, w_k, eps):
@@ -150,36 +123,15 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(per_token_cast_fp4),
     _from_schema(per_block_cast_fp8),
     _from_schema(cast_back),
-    OpSpec(
-        topk_gate,
-        "Tensor scores, int k, str scoring='softmax', bool renormalize=True",
-        ("idx", "weights"),
-        _topk_gate,
-    ),
+    _from_schema(topk_gate),
     _from_schema(top2_sum_gate),
     _from_schema(swiglu),
     _from_schema(swiglu_per_token_cast_fp8),
     _from_schema(transpose),
-    OpSpec(sinkhorn_normalize, "Tensor logits, int repeat=10, float eps=1e-06", ("out",), _like),
-    OpSpec(
-        sinkhorn_normalize_backward,
-        "Tensor grad_out, Tensor logits, int repeat=10, float eps=1e-06",
-        ("out",),
-        _sinkhorn_normalize_backward,
-        dense=_GRAD,
-    ),
-    OpSpec(
-        moe_expand,
-        "Tensor x, Tensor idx, int num_experts, int alignment=16, Tensor? x_scale=None",
-        ("x_sorted", "expert_offsets", "token_pos", "x_sorted_scale?"),
-        _moe_expand,
-    ),
-    OpSpec(
-        moe_reduce,
-        "Tensor y_sorted, Tensor token_pos, Tensor? weights=None, ScalarType? out_dtype=None",
-        ("out",),
-        _moe_reduce,
-    ),
+    _from_schema(sinkhorn_normalize),
+    _from_schema(sinkhorn_normalize_backward, dense=_GRAD),
+    _from_schema(moe_expand),
+    _from_schema(moe_reduce),
     OpSpec(
         engram_gate,
         "Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06",
