@@ -1,4 +1,6 @@
-"""Engram gate: a gated residual ``h + g * v`` with one gate per row (op "engram_gate")."""
+"""Engram gate: a gated residual ``h + g * v`` with one gate per row (op "engram_gate").
+
+TileKernels' semantics (`tile-kernels` 1.0.0, `tile_kernels.modeling.engram.engram_gate`)."""
 
 from __future__ import annotations
 
@@ -22,19 +24,27 @@ def engram_gate(
     w_h: torch.Tensor,
     w_k: torch.Tensor,
     eps: float = 1e-6,
+    clamp_value: float = 1e-6,
     *,
     return_gate: bool = False,
     out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """DeepSeek Engram's gated residual: ``out = h + g * v`` with one scalar gate per row.
 
-    Rows are the last dimension (``H``); for each row, in float32::
+    TileKernels' engram gate (``tile_kernels.modeling.engram.engram_gate``, reference
+    ``tile_kernels.torch.engram.engram_gate_ref``): per-branch RMSNorm weights and a clamp.
+    Rows are the last dimension (``H``); for each row, with its weight rows ``w_h``, ``w_k``
+    (the row's branch's, or the shared ones), in float32::
 
         a   = h / sqrt(mean(h**2) + eps) * w_h          # RMSNorm of h
         b   = k / sqrt(mean(k**2) + eps) * w_k          # RMSNorm of k
         s   = sum(a * b) / sqrt(H)
-        g   = sigmoid(sign(s) * sqrt(|s|))
+        g   = sigmoid(sign(s) * sqrt(max(|s|, clamp_value)))
         out = h + g * v                                  # stored in h's dtype
+
+    evaluated in TileKernels' order (``s = sum(h * (w_h * w_k) * k) * rstd_h * rstd_k /
+    sqrt(H)``; ``g * v`` rounded before the add, as its reference does), so that bf16 outputs
+    stay within TileKernels' test bound (``calc_diff < 2e-10``) of its reference.
 
     Differentiable: when autograd is on and an input requires grad, the call is recorded and
     its backward runs :func:`tileaot.engram_gate_backward` (first-order gradients only).
@@ -48,9 +58,15 @@ def engram_gate(
             h's shape with the second-to-last dim 1 (``[T, 1, H]`` for ``[T, G, H]`` h): one
             value row shared by the G rows of a token, as Engram with hyper-connections uses
             it (a key per branch, one value per token). It broadcasts as in torch.
-        w_h: RMSNorm weight of `h`, shape ``(H,)``, same dtype and device, contiguous, aligned.
-        w_k: RMSNorm weight of `k`, shape ``(H,)``, same dtype and device, contiguous, aligned.
+        w_h: RMSNorm weight of `h`: ``h.shape[-2:]`` (``[G, H]``: one weight row per branch,
+            TileKernels' ``weight_hidden``) or ``(H,)`` (one row shared by every row); same
+            dtype and device as `h`, contiguous, aligned.
+        w_k: RMSNorm weight of `k` (TileKernels' ``weight_embed``), the shape of `w_h`, same
+            dtype and device, contiguous, aligned.
         eps: added to each mean square before the square root; a finite float >= 0.
+        clamp_value: ``|s|`` is raised to at least this before the square root (TileKernels'
+            ``clamp_value``; its kernels' default 1e-6); below it the gate is constant and its
+            gradient 0. A finite float >= 0.
         return_gate: also return the gate ``g`` (float32, shape ``h.shape[:-1]``). It is not
             differentiable (no gradient flows back through it).
         out: optional tensor to write `out` into instead of allocating: same shape, dtype and
@@ -65,13 +81,14 @@ def engram_gate(
 
     Raises:
         TypeError: an input or `out` is not a tensor (or, with ``return_gate=True``, an
-            ``(out, g)`` pair), has an unsupported dtype, or the dtypes differ; `eps` is not a
-            real number.
+            ``(out, g)`` pair), has an unsupported dtype, or the dtypes differ; `eps` or
+            `clamp_value` is not a real number.
         ValueError: `h` is 0-d or ``H == 0``; `k` differs from `h` in shape, `v` has neither
-            h's shape nor the shared one; `w_h`/`w_k` are
-            not ``(H,)``; a tensor is not on a CUDA device, not on the device of `h`, not
-            contiguous or not 16-byte aligned; a dimension or element count reaches 2**31;
-            `out` has the wrong shape or overlaps an input; `eps` < 0.
+            h's shape nor the shared one; `w_h`/`w_k` are neither ``(H,)`` nor
+            ``h.shape[-2:]``, or differ in shape; a tensor is not on a CUDA device, not on
+            the device of `h`, not contiguous or not 16-byte aligned; a dimension or element
+            count reaches 2**31; `out` has the wrong shape or overlaps an input; `eps` or
+            `clamp_value` < 0 or not finite.
         RuntimeError: `out` is given while autograd records the call.
         ImportError: the native module is not built (a source checkout).
         tileaot.VariantMissError: this wheel has no variant for the dtype, shape or GPU.
@@ -89,8 +106,8 @@ def engram_gate(
         >>> T, G, H = 16, 4, 7168
         >>> h, k, v = (torch.randn(T, G, H, dtype=torch.bfloat16, device="cuda")
         ...            for _ in range(3))
-        >>> w_h = torch.ones(H, dtype=torch.bfloat16, device="cuda")
-        >>> w_k = torch.ones(H, dtype=torch.bfloat16, device="cuda")
+        >>> w_h = torch.ones(G, H, dtype=torch.bfloat16, device="cuda")  # one row per branch
+        >>> w_k = torch.ones(G, H, dtype=torch.bfloat16, device="cuda")
         >>> out, g = tileaot.engram_gate(h, k, v, w_h, w_k, return_gate=True)  # g: [16, 4]
     """
     if (
@@ -101,12 +118,14 @@ def engram_gate(
         and isinstance(w_k, _arrays.Tensor)
         and type(eps) is float
         and 0.0 <= eps < _INF
+        and type(clamp_value) is float
+        and 0.0 <= clamp_value < _INF
         and h.dim() == 2 == k.dim()
         and v.shape == h.shape  # `_C.call` can't tell a shared v ([MV, H] in the kernel) from it
         and w_h.dim() == 1 == w_k.dim()
         and not _needs_autograd(h, k, v, w_h, w_k)  # recorded calls: the checked path
     ):
-        pair = _fast(h, k, v, w_h, w_k, eps, out, return_gate)
+        pair = _fast(h, k, v, w_h, w_k, eps, clamp_value, out, return_gate)
         if pair is not None:
             return pair if return_gate else pair[0]
     elif type(h) is not _arrays.Tensor and _arrays.foreign(h):
@@ -121,13 +140,13 @@ def engram_gate(
                 "cannot record a call that writes into a given tensor); drop out= or call it "
                 "under torch.no_grad()"
             )
-        result, gate = _autograd_function().apply(h, k, v, w_h, w_k, eps)
+        result, gate = _autograd_function().apply(h, k, v, w_h, w_k, eps, clamp_value)
     else:
-        result, gate = _forward(key, h, k, v, w_h, w_k, eps, out, return_gate)
+        result, gate = _forward(key, h, k, v, w_h, w_k, eps, clamp_value, out, return_gate)
     return (result, gate) if return_gate else result
 
 
-def _fast(h, k, v, w_h, w_k, eps, out, return_gate):
+def _fast(h, k, v, w_h, w_k, eps, clamp, out, return_gate):
     """The short path for plain 2-D torch tensors outside autograd: ``(out, gate)``, or None
     if `_lib.fast` declined (the checked path then runs). `out` as `_forward` takes it."""
     if out is None or type(out) is _arrays.Tensor:
@@ -137,7 +156,8 @@ def _fast(h, k, v, w_h, w_k, eps, out, return_gate):
         y, gate = out
     else:
         return None
-    if _lib.fast((_OP, h.dtype), (h, k, v, w_h, w_k, y, gate), (eps,), _WRITES_OUT_GATE):
+    w2 = (w_h[None], w_k[None])  # the kernel's weights are [GW, H]: (H,) is one shared row
+    if _lib.fast((_OP, h.dtype), (h, k, v, *w2, y, gate), (eps, clamp), _WRITES_OUT_GATE):
         return y, gate
     return None
 
@@ -147,10 +167,10 @@ def _needs_autograd(*tensors: Any) -> bool:
     return fw.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
+def _forward(key, h, k, v, w_h, w_k, eps, clamp, out, return_gate=False):
     """Validate, allocate, launch: ``(out, gate)``."""
     fw = _arrays.namespace(h)
-    rows, n, v_rows, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
+    rows, n, v_rows, w_rows, device, eps, clamp = check_inputs(h, k, v, w_h, w_k, eps, clamp)
     if out is None:
         y = fw.empty_like(h)  # h is contiguous, so y is too
         gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
@@ -177,10 +197,11 @@ def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
         _lib.current_stream(device),
         (h.data_ptr(), k.data_ptr(), v.data_ptr(), w_h.data_ptr(), w_k.data_ptr(), y.data_ptr(),
          gate.data_ptr()),
-        (rows, n, rows, n, v_rows, n, n, n, rows, n, rows),
-        (eps,),
+        (rows, n, rows, n, v_rows, n, w_rows, n, w_rows, n, rows, n, rows),
+        (eps, clamp),
     )  # fmt: skip
-    if type(h) is _arrays.Tensor and h.dim() == 2 and v_rows == rows:  # as `_fast` launches
+    # As `_fast` launches: 2-D h, v of h's shape, (H,) weights (passed as [1, H]).
+    if type(h) is _arrays.Tensor and h.dim() == 2 and v_rows == rows and w_h.dim() == 1:
         _lib.learn((_OP, h.dtype), handle)
     return y, gate
 
@@ -199,11 +220,11 @@ def _autograd_function():
 
         class EngramGateFunction(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, h, k, v, w_h, w_k, eps):
+            def forward(ctx, h, k, v, w_h, w_k, eps, clamp):
                 key = _validate.dtype_key("h", h, _DTYPES)
-                out, gate = _forward(key, h, k, v, w_h, w_k, eps, None)
+                out, gate = _forward(key, h, k, v, w_h, w_k, eps, clamp, None)
                 ctx.save_for_backward(h, k, v, w_h, w_k)
-                ctx.eps = eps
+                ctx.eps, ctx.clamp = eps, clamp
                 ctx.mark_non_differentiable(gate)
                 return out, gate
 
@@ -211,9 +232,11 @@ def _autograd_function():
             @once_differentiable
             def backward(ctx, grad_out, grad_gate):
                 h, k, v, w_h, w_k = ctx.saved_tensors
-                grads = engram_gate_backward(_validate.dense(grad_out), h, k, v, w_h, w_k, ctx.eps)
+                grads = engram_gate_backward(
+                    _validate.dense(grad_out), h, k, v, w_h, w_k, ctx.eps, clamp_value=ctx.clamp
+                )
                 need = ctx.needs_input_grad
-                return (*(g if need[i] else None for i, g in enumerate(grads)), None)
+                return (*(g if need[i] else None for i, g in enumerate(grads)), None, None)
 
         _FUNCTION = EngramGateFunction
     return _FUNCTION
@@ -222,4 +245,4 @@ def _autograd_function():
 def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
     """A typical call for `python -m tileaot info`: its description and flat shapes."""
     m, n = 4 * 4096, 7168
-    return "h[4096, 4, 7168]", (m, n, m, n, m, n, n, n, m, n, m)
+    return "h[4096, 4, 7168], w [4, 7168]", (m, n, m, n, m, n, 4, n, 4, n, m, n, m)

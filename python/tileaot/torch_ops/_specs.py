@@ -165,11 +165,11 @@ def _moe_reduce(y_sorted, token_pos, weights, out_dtype):
     return y_sorted.new_empty(t, h, dtype=y_sorted.dtype if out_dtype is None else out_dtype)
 
 
-def _engram_gate(h, k, v, w_h, w_k, eps):
+def _engram_gate(h, k, v, w_h, w_k, eps, clamp_value):
     return torch.empty_like(h), h.new_empty(h.shape[:-1], dtype=torch.float32)
 
 
-def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, g):
+def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, g, clamp_value):
     like = (h, h, v, w_h, w_k)  # grad_v has v's shape (a shared v: [..., 1, H])
     return tuple(torch.empty_like(x) for x in like)
 
@@ -236,7 +236,8 @@ SPECS: tuple[OpSpec, ...] = (
     ),
     OpSpec(
         engram_gate,
-        "Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06",
+        "Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
+        "float clamp_value=1e-06",
         ("out", "gate"),
         _engram_gate,
         fixed=MappingProxyType({"return_gate": True}),
@@ -244,7 +245,7 @@ SPECS: tuple[OpSpec, ...] = (
     OpSpec(
         engram_gate_backward,
         "Tensor grad_out, Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
-        "Tensor? g=None",
+        "Tensor? g=None, float clamp_value=1e-06",
         ("grad_h", "grad_k", "grad_v", "grad_w_h", "grad_w_k"),
         _engram_gate_backward,
         dense=_GRAD,
