@@ -221,11 +221,9 @@ def test_backward_blocks_cover_each_row_once_with_one_weight_row_per_block(
     blocks -= blocks % gw
     owner = {}
     for b in range(blocks):
-        wb, tb, bt = b % gw, b // gw, blocks // gw
-        count = -(-(m // gw - tb) // bt)
-        for i in range(max(count, 0)):
-            row = (tb + i * bt) * gw + wb
-            assert row % gw == wb and row not in owner
+        for i in range(max(-(-(m - b) // blocks), 0)):  # block_rows: ceildiv(M - b, B)
+            row = b + i * blocks
+            assert row % gw == b % gw and row not in owner
             owner[row] = b
     assert sorted(owner) == list(range(m))
     for wb in range(gw):

@@ -55,7 +55,7 @@ MAX_ROW_THREADS = 256
 
 
 def factory(arch: str, dtype: str, H: int | None = None):
-    """TileLang prim_func ``(h, k [M, H], v [MV, H], w_h, w_k [GW, H], out [M, H], gate [M]
+    """TileLang prim_func ``(h, k [M, H], v [MV, H], w_h, w_k [GW, H], out [M, H], g [M]
     fp32, eps, clamp)``; v is h's rows (MV = M) or shared by runs of M / MV rows (see
     ``value_row``); row r uses weight row ``r % GW``.
 
@@ -111,6 +111,24 @@ def gate_of(T, s, clamp):
     return 1.0 / (1.0 + T.exp(-z))
 
 
+def chunk_layout(T, chunk: int, threads: int, step: int):
+    """The layout of one row chunk of a generic kernel: runs of `step` consecutive elements
+    (one 16-byte vector on the aligned path, one element on the unaligned one) dealt to the
+    `threads` threads in turn, as coalesced access wants.
+
+    Every T.Parallel loop and per-chunk fragment of the generic kernels is given it, so that
+    TileLang's layout inference has nothing to search. Left to infer them it tries candidate
+    layouts for each loop under its vectoriser's proofs, Z3 queries over the dynamic H, and
+    took minutes per arch (the forward's aligned path alone: 37 s of CPU against 14 s given
+    the layout, for the identical CUDA source).
+    """
+    return T.Fragment(
+        (chunk,),
+        forward_thread_fn=lambda j: (j // step) % threads,
+        forward_index_fn=lambda j: (j // (step * threads)) * step + j % step,
+    )
+
+
 def _static(dtype: str, n: int):
     import tilelang.language as T
 
@@ -133,7 +151,7 @@ def _static(dtype: str, n: int):
         w_h: T.Tensor((GW, n), dtype),
         w_k: T.Tensor((GW, n), dtype),
         out: T.Tensor((M, n), dtype),
-        gate: T.Tensor((M,), "float32"),
+        g: T.Tensor((M,), "float32"),
         eps: T.float32,
         clamp: T.float32,
     ):
@@ -149,7 +167,7 @@ def _static(dtype: str, n: int):
             sum_h = T.alloc_fragment((1,), "float32")
             sum_k = T.alloc_fragment((1,), "float32")
             sum_d = T.alloc_fragment((1,), "float32")
-            g = T.alloc_fragment((1,), "float32")
+            gr = T.alloc_fragment((1,), "float32")
             vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
             T.assume((0 <= vrow) & (vrow < MV))
             wrow = T.alloc_var("int32", init=weight_row(T, row, GW))
@@ -175,7 +193,7 @@ def _static(dtype: str, n: int):
             T.reduce_sum(acc_h, sum_h, dim=0)
             T.reduce_sum(acc_k, sum_k, dim=0)
             T.reduce_sum(acc_d, sum_d, dim=0)
-            g[0] = gate_of(
+            gr[0] = gate_of(
                 T,
                 sum_d[0]
                 * T.rsqrt(sum_h[0] / n_f + eps)
@@ -183,12 +201,12 @@ def _static(dtype: str, n: int):
                 * inv_sqrt_n,
                 clamp,
             )
-            gate[row] = g[0]
+            g[row] = gr[0]
             # out in place of h in registers (__fmul_rn: no FMA, g * v rounded first; the call
             # would keep a loop touching global memory from vectorising), then 16-byte stores.
             for c, j in T.Parallel(C, L):
                 hr[c, j] = T.cast(
-                    T.cast(hr[c, j], "float32") + T.ieee_mul(g[0], T.cast(vr[c, j], "float32")),
+                    T.cast(hr[c, j], "float32") + T.ieee_mul(gr[0], T.cast(vr[c, j], "float32")),
                     dtype,
                 )
             for c, j in T.Parallel(C, L, coalesced_width=width):
@@ -216,7 +234,7 @@ def _generic(dtype: str):
         w_h: T.Tensor((GW, H), dtype),
         w_k: T.Tensor((GW, H), dtype),
         out: T.Tensor((M, H), dtype),
-        gate: T.Tensor((M,), "float32"),
+        g: T.Tensor((M,), "float32"),
         eps: T.float32,
         clamp: T.float32,
     ):
@@ -226,9 +244,9 @@ def _generic(dtype: str):
             if H % vec == 0:
                 # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
                 T.assume(H % vec == 0)
-                vec_rows(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow)
+                vec_rows(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow)
             else:
-                scalar_rows(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow)
+                scalar_rows(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow)
 
     return engram_gate
 
@@ -242,19 +260,23 @@ def _row_pass(T, H, GW, chunk: int, width):
     not reach a macro argument, and the bounds check it leaves costs the loop its vectors.
     """
 
+    layout = chunk_layout(T, chunk, GENERIC_THREADS, 1 if width is None else int(width))
+
     @T.macro
-    def gate_row(h, k, v, w_h, w_k, out, gate, eps, clamp, row, vrow):
+    def gate_row(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow):
         wrow = T.alloc_var("int32", init=weight_row(T, row, GW))
         T.assume((0 <= wrow) & (wrow < GW))
-        hb = T.alloc_fragment((chunk,), h.dtype)
-        kb = T.alloc_fragment((chunk,), h.dtype)
+        staged = ()  # the aligned path's 16-byte staging buffers (of h and k, then h and v)
+        if width is not None:
+            staged = hb, kb = (T.alloc_fragment((chunk,), h.dtype) for _ in range(2))
         acc_h = T.alloc_fragment((chunk,), "float32")
         acc_k = T.alloc_fragment((chunk,), "float32")
         acc_d = T.alloc_fragment((chunk,), "float32")
         sum_h = T.alloc_fragment((1,), "float32")
         sum_k = T.alloc_fragment((1,), "float32")
         sum_d = T.alloc_fragment((1,), "float32")
-        g = T.alloc_fragment((1,), "float32")
+        gr = T.alloc_fragment((1,), "float32")
+        T.annotate_layout({x: layout for x in (*staged, acc_h, acc_k, acc_d)})
         # Pass 1: per-thread partial sums, then block all-reduces. The chunk is loaded into
         # fragments of the input dtype first: the fp32 accumulation would otherwise limit the
         # loads to 4 elements.
@@ -262,13 +284,16 @@ def _row_pass(T, H, GW, chunk: int, width):
         T.clear(acc_k)
         T.clear(acc_d)
         for c in T.serial(T.ceildiv(H, chunk)):
-            for j in T.Parallel(chunk, coalesced_width=width):
-                hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
-                kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
-            for j in T.Parallel(chunk, coalesced_width=width):
+            if width is not None:
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
+                    hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
+                    kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
+            for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
                 if c * chunk + j < H:
-                    hf = T.cast(hb[j], "float32")
-                    kf = T.cast(kb[j], "float32")
+                    # The unaligned path reads global memory here: element accesses need no
+                    # staging, and each guarded staging loop costs the lowering time.
+                    hf = T.cast(hb[j] if width is not None else h[row, c * chunk + j], "float32")
+                    kf = T.cast(kb[j] if width is not None else k[row, c * chunk + j], "float32")
                     ww = T.cast(w_h[wrow, c * chunk + j], "float32") * T.cast(
                         w_k[wrow, c * chunk + j], "float32"
                     )
@@ -279,26 +304,35 @@ def _row_pass(T, H, GW, chunk: int, width):
         T.reduce_sum(acc_k, sum_k, dim=0)
         T.reduce_sum(acc_d, sum_d, dim=0)
         n = T.cast(H, "float32")
-        g[0] = gate_of(
+        gr[0] = gate_of(
             T,
             sum_d[0] * T.rsqrt(sum_h[0] / n + eps) * T.rsqrt(sum_k[0] / n + eps) * T.rsqrt(n),
             clamp,
         )
-        gate[row] = g[0]
+        g[row] = gr[0]
         # Pass 2: re-read h (L1/L2 hit), read v, store; staged in registers so that the loads
         # and stores stay vectorised around __fmul_rn (g * v rounded first: no FMA).
         for c in T.serial(T.ceildiv(H, chunk)):
-            for j in T.Parallel(chunk, coalesced_width=width):
-                hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
-                kb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
-            for j in T.Parallel(chunk):
-                hb[j] = T.cast(
-                    T.cast(hb[j], "float32") + T.ieee_mul(g[0], T.cast(kb[j], "float32")),
-                    h.dtype,
-                )
-            for j in T.Parallel(chunk, coalesced_width=width):
-                if c * chunk + j < H:
-                    out[row, c * chunk + j] = hb[j]
+            if width is None:
+                for j in T.Parallel(chunk, loop_layout=layout):
+                    if c * chunk + j < H:
+                        out[row, c * chunk + j] = T.cast(
+                            T.cast(h[row, c * chunk + j], "float32")
+                            + T.ieee_mul(gr[0], T.cast(v[vrow, c * chunk + j], "float32")),
+                            h.dtype,
+                        )
+            else:
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
+                    hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
+                    kb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
+                for j in T.Parallel(chunk, loop_layout=layout):
+                    hb[j] = T.cast(
+                        T.cast(hb[j], "float32") + T.ieee_mul(gr[0], T.cast(kb[j], "float32")),
+                        h.dtype,
+                    )
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
+                    if c * chunk + j < H:
+                        out[row, c * chunk + j] = hb[j]
 
     return gate_row
 

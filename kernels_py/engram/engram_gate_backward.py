@@ -30,8 +30,8 @@ kernels in one launch sequence:
 
 1. ``B`` thread blocks (``B`` = the first dim of the fp32 scratch ``partial[B, H]``, chosen by
    the caller: a few blocks per SM, a multiple of ``GW``) each own the rows of one weight row
-   ``wb = b % GW``: rows ``t * GW + wb`` for tokens ``t = b // GW + i * (B / GW)`` (with
-   ``GW = 1``: rows ``b, b + B, b + 2B, ...``). Per row they read
+   ``wb = b % GW``: rows ``b, b + B, b + 2B, ...`` (all ``wb`` modulo GW, as B is a multiple
+   of GW: the tokens ``b // GW + i * (B / GW)``' rows of branch wb). Per row they read
    go, h, k, v once, write grad_h, grad_k, grad_v, and add ``alpha * h * k`` into the block's
    running sum ``P_b``. Static H keeps go, h and k in registers (one HBM read per element; v
    is only needed for ``<go, v>`` and is streamed), ``w_h * w_k`` (fp32, loaded once per
@@ -52,7 +52,16 @@ the grad_h / grad_k stores are 8 bytes wide (still whole 32-byte sectors per war
 import math
 
 from ..spec import KernelSpec
-from .engram_gate import DTYPES, ITEMSIZE, STATIC_H, gate_of, row_threads, value_row
+from .engram_gate import (
+    DTYPES,
+    ITEMSIZE,
+    STATIC_H,
+    chunk_layout,
+    gate_of,
+    row_threads,
+    value_row,
+    weight_row,
+)
 
 S_FLOOR = 1e-6  # |s| floor in d signed_sqrt / ds
 
@@ -102,12 +111,10 @@ def slope(T, dg, g, s, clamp):
     )
 
 
-def block_rows(T, b, M, B, GW):
-    """``(wb, first token, token stride, tokens)`` of block `b`: its weight row and tokens."""
-    gw = T.max(GW, 1)
-    tb = T.truncdiv(b, gw)
-    bt = T.max(T.truncdiv(B, gw), 1)
-    return T.truncmod(b, gw), tb, bt, T.ceildiv(T.truncdiv(M, gw) - tb, bt)
+def block_rows(T, b, M, B):
+    """The number of rows of block `b`: rows ``b, b + B, b + 2B, ...`` below M (B is a
+    multiple of GW, so they share the weight row ``b % GW``)."""
+    return T.ceildiv(M - b, B)
 
 
 def _static(dtype: str, n: int):
@@ -170,14 +177,13 @@ def _static(dtype: str, n: int):
             coef_k = T.alloc_fragment((1,), "float32")
             pacc = T.alloc_shared((C, L), "float32")
             wws = T.alloc_shared((C, L), "float32")
-            wb, tb, bt, tokens = block_rows(T, b, M, B, GW)
-            wrow = T.alloc_var("int32", init=wb)
+            wrow = T.alloc_var("int32", init=weight_row(T, b, GW))
             T.assume((0 <= wrow) & (wrow < GW))
             T.clear(pacc)
             for c, j in T.Parallel(C, L, coalesced_width=width):
                 wws[c, j] = f32(w_h[wrow, c * L + j]) * f32(w_k[wrow, c * L + j])
-            for i in T.serial(tokens):
-                row = (tb + i * bt) * GW + wrow
+            for i in T.serial(block_rows(T, b, M, B)):
+                row = b + i * B
                 vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
                 T.assume((0 <= vrow) & (vrow < MV))
                 for c, j in T.Parallel(C, L, coalesced_width=width):
@@ -326,16 +332,16 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
     address of an rvalue (a compile error); its bf16 accesses are therefore 8 bytes wide.
     """
     fp32_width = None if width is None else T.int32(4)
+    layout = chunk_layout(T, chunk, GENERIC_THREADS, 1 if width is None else int(width))
 
     def f32(x):
         return T.cast(x, "float32")
 
     @T.macro
     def rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, clamp, b):
-        gb = T.alloc_fragment((chunk,), h.dtype)
-        hb = T.alloc_fragment((chunk,), h.dtype)
-        kb = T.alloc_fragment((chunk,), h.dtype)
-        vb = T.alloc_fragment((chunk,), h.dtype)
+        staged = ()  # the aligned path's 16-byte staging buffers of go, h, k, v
+        if width is not None:
+            staged = gb, hb, kb, vb = (T.alloc_fragment((chunk,), h.dtype) for _ in range(4))
         acc_h = T.alloc_fragment((chunk,), "float32")
         acc_k = T.alloc_fragment((chunk,), "float32")
         acc_d = T.alloc_fragment((chunk,), "float32")
@@ -352,16 +358,16 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
         coef = T.alloc_fragment((1,), "float32")
         coef_h = T.alloc_fragment((1,), "float32")
         coef_k = T.alloc_fragment((1,), "float32")
+        T.annotate_layout({x: layout for x in (*staged, acc_h, acc_k, acc_d, acc_g)})
         n = T.cast(H, "float32")
-        wb, tb, bt, tokens = block_rows(T, b, M, B, GW)
-        wrow = T.alloc_var("int32", init=wb)
+        wrow = T.alloc_var("int32", init=weight_row(T, b, GW))
         T.assume((0 <= wrow) & (wrow < GW))
         for c in T.serial(T.ceildiv(H, chunk)):
-            for j in T.Parallel(chunk, coalesced_width=fp32_width):
+            for j in T.Parallel(chunk, coalesced_width=fp32_width, loop_layout=layout):
                 if c * chunk + j < H:
                     partial[b, c * chunk + j] = 0
-        for i in T.serial(tokens):
-            row = (tb + i * bt) * GW + wrow
+        for i in T.serial(block_rows(T, b, M, B)):
+            row = b + i * B
             vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
             T.assume((0 <= vrow) & (vrow < MV))
             # Pass 1: the four row sums. Chunks are loaded into fragments of the input dtype
@@ -371,21 +377,25 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
             T.clear(acc_d)
             T.clear(acc_g)
             for c in T.serial(T.ceildiv(H, chunk)):
-                for j in T.Parallel(chunk, coalesced_width=width):
-                    gb[j] = T.if_then_else(c * chunk + j < H, grad_out[row, c * chunk + j], 0)
-                    hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
-                    kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
-                    vb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
-                for j in T.Parallel(chunk, coalesced_width=width):
+                if width is not None:
+                    for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
+                        gb[j] = T.if_then_else(c * chunk + j < H, grad_out[row, c * chunk + j], 0)
+                        hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
+                        kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
+                        vb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
                     if c * chunk + j < H:
-                        acc_h[j] += f32(hb[j]) * f32(hb[j])
-                        acc_k[j] += f32(kb[j]) * f32(kb[j])
-                        acc_d[j] += (
-                            f32(hb[j])
-                            * (f32(w_h[wrow, c * chunk + j]) * f32(w_k[wrow, c * chunk + j]))
-                            * f32(kb[j])
-                        )
-                        acc_g[j] += f32(gb[j]) * f32(vb[j])
+                        col = c * chunk + j
+                        # The unaligned path reads global memory here (no staging: see
+                        # engram_gate._row_pass).
+                        gf = f32(gb[j] if width is not None else grad_out[row, col])
+                        hf = f32(hb[j] if width is not None else h[row, col])
+                        kf = f32(kb[j] if width is not None else k[row, col])
+                        vf = f32(vb[j] if width is not None else v[vrow, col])
+                        acc_h[j] += hf * hf
+                        acc_k[j] += kf * kf
+                        acc_d[j] += hf * (f32(w_h[wrow, col]) * f32(w_k[wrow, col])) * kf
+                        acc_g[j] += gf * vf
             T.reduce_sum(acc_h, sum_h, dim=0)
             T.reduce_sum(acc_k, sum_k, dim=0)
             T.reduce_sum(acc_d, sum_d, dim=0)
@@ -402,7 +412,7 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
             # Global operands straight in the expressions, no fragment staging (see above for
             # the widths).
             for c in T.serial(T.ceildiv(H, chunk)):
-                for j in T.Parallel(chunk, coalesced_width=fp32_width):
+                for j in T.Parallel(chunk, coalesced_width=fp32_width, loop_layout=layout):
                     if c * chunk + j < H:
                         col = c * chunk + j
                         grad_h[row, col] = (
@@ -414,7 +424,7 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
                             w_k[wrow, col]
                         ) - coef_k[0] * f32(k[row, col])
                         partial[b, col] += coef[0] * f32(h[row, col]) * f32(k[row, col])
-                for j in T.Parallel(chunk, coalesced_width=width):
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
                     if c * chunk + j < H:
                         grad_v[row, c * chunk + j] = g[0] * f32(grad_out[row, c * chunk + j])
 
