@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _fakes import STREAM, fake, t, tileaot  # noqa: F401 - fixtures
+from _fakes import STREAM, cpu_as_cuda, fake, t, tileaot  # noqa: F401 - fixtures
 from _lowering import needs_tilelang
 
 torch = pytest.importorskip("torch")
@@ -23,7 +23,7 @@ _schema = importlib.import_module("tileaot._schema")
 OpSchema = _schema.OpSchema
 
 # Ops whose wrappers run through their schema (the rest follow; see docs/ADDING_AN_OP.md).
-SCHEMA_OPS = ("rms_norm", "gemm", "swiglu")
+SCHEMA_OPS = ("rms_norm", "gemm", "swiglu", "engram_gate")
 
 
 def _module(op: str):
@@ -71,12 +71,18 @@ EXAMPLES = {
     "rms_norm": ("x[4096, 4096]", (4096,) * 5),
     "gemm": ("a[4096, 4096] b[4096, 4096]", (4096,) * 6),
     "swiglu": ("x[4096, 2 * 2048]", (4096, 4096, 4096, 2048)),
+    "engram_gate": (
+        "h[16384, 7168] k[16384, 7168] v[16384, 7168] w_h[4, 7168] w_k[4, 7168]",
+        (16384, 7168) * 3 + (4, 7168) * 2 + (16384, 7168, 16384),
+    ),
 }
-WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10}
+WRITES = {"rms_norm": 0b100, "gemm": 0b100, "swiglu": 0b10, "engram_gate": 0b1100000}
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
     "gemm": "Tensor a, Tensor b",
     "swiglu": "Tensor x",
+    "engram_gate": "Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
+    "float clamp_value=1e-06",
 }
 
 
@@ -116,6 +122,16 @@ def test_bind_names_the_argument_and_the_tied_size():
         schema.bind({"x": t(3, 64), "weight": t(64, dtype=torch.float32)})
     with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., 2\*H\): its dim -1 is 7"):
         _module("swiglu").SCHEMA.bind({"x": t(2, 7)})
+
+
+def test_bind_takes_the_leading_dims_of_the_first_lead_input(cpu_as_cuda):  # noqa: F811
+    """Several ``*`` names (engram_gate: h's M, v's MV, the weights' GW): the outputs' leading
+    dims are h's, in the generated bind as in bind_checked."""
+    schema = _module("engram_gate").SCHEMA
+    args = {"h": t(2, 4, 64), "k": t(2, 4, 64), "v": t(2, 1, 64), "w_h": t(64), "w_k": t(64)}
+    fast, slow = schema.bind(args), schema.bind_checked(args)
+    assert fast == slow and fast.lead == (2, 4)
+    assert fast.dims == {"M": 8, "H": 64, "MV": 2, "GW": 1}
 
 
 def _params(schema, dtype="bfloat16", **fixed):

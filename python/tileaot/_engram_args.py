@@ -13,11 +13,21 @@ _INPUTS = ("h", "k", "v", "w_h", "w_k")
 
 
 def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any, clamp: Any):
-    """Shared by forward and backward: shapes, memory, eps and clamp_value (dtypes are checked
-    before).
+    """The backward's checks: `check_shapes`, then memory (device, layout, size).
 
-    Returns ``(rows, H, v_rows, w_rows, device, eps, clamp)``: v_rows is rows unless v is
-    shared; w_rows is G for per-branch weights ``[G, H]``, 1 for shared ones ``(H,)``.
+    Returns ``(rows, H, v_rows, w_rows, device, eps, clamp)``.
+    """
+    rows, n, v_rows, w_rows, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp)
+    device = _validate.check_memory(_INPUTS, (h, k, v, w_h, w_k))
+    return rows, n, v_rows, w_rows, device, eps, clamp
+
+
+def check_shapes(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any, clamp: Any):
+    """Shared by forward and backward: how the shapes relate, eps and clamp_value (dtypes are
+    checked before; the forward's schema checks memory).
+
+    Returns ``(rows, H, v_rows, w_rows, eps, clamp)``: v_rows is rows unless v is shared;
+    w_rows is G for per-branch weights ``[G, H]``, 1 for shared ones ``(H,)``.
     """
     if type(eps) is not float or not 0.0 <= eps < _INF:
         eps = _validate.nonneg_float("eps", eps)
@@ -45,9 +55,8 @@ def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any, clamp: An
         raise ValueError(
             f"w_k must have the shape of w_h {tuple(w_h.shape)}; got {tuple(w_k.shape)}"
         )
-    device = _validate.check_memory(_INPUTS, (h, k, v, w_h, w_k))
     w_rows = 1 if w_h.dim() == 1 else shape[-2]
-    return h.numel() // n, n, v_rows, w_rows, device, eps, clamp
+    return h.numel() // n, n, v_rows, w_rows, eps, clamp
 
 
 def _value_rows(shape: tuple, v_shape: tuple) -> int:

@@ -501,7 +501,8 @@ def _compile_bind(schema: OpSchema) -> Callable:
         n = len(fixed)
         if t.lead and t.dims[0].name not in dims:
             dims[t.dims[0].name] = f"prod(s{i}[:len(s{i}) - {n}])"
-            dims["__lead__"] = f"s{i}[:len(s{i}) - {n}]"
+            # the outputs' leading dims: the first ``*`` input's, as bind_checked takes them
+            dims.setdefault("__lead__", f"s{i}[:len(s{i}) - {n}]")
         for j, d in enumerate(fixed):
             item = f"s{i}[{j - n}]" if t.lead else f"s{i}[{j}]"
             if d.text.isdigit():

@@ -7,14 +7,25 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
-from ._engram_args import _INF, _INPUTS, check_inputs
+from ._engram_args import _INF, _INPUTS, check_shapes
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "engram_gate"
-_DTYPES = ("bf16", "fp32")
-_WRITES_OUT_GATE = 0b1100000  # `_lib.fast`: tensors (h, k, v, w_h, w_k, out, gate)
+# The kernel's view: rows of h, k [M, H]; v [MV, H] (MV = M, or one row per token when shared);
+# weights [GW, H] (GW = G per branch, 1 for shared (H,) weights). The schema checks dtypes,
+# device and layout; how v's and the weights' shapes relate to h's is check_shapes' to say.
+SCHEMA = OpSchema(
+    _OP,
+    "h[*M, H]: T, k[*M, H]: T, v[*MV, H]: T, w_h[*GW, H]: T, w_k[*GW, H]: T"
+    " -> out[*M, H]: T, g[*M]: fp32; eps: float32, clamp: float32",
+    dtypes={"T": ("bf16", "fp32")},
+    example={"M": 4 * 4096, "H": 7168, "MV": 4 * 4096, "GW": 4},  # h [4096, 4, 7168]
+)
+_WRITES = SCHEMA.writes  # the short path's output bits (out, g)
+_DTYPES = SCHEMA.dtypes["T"]
 
 
 def engram_gate(
@@ -157,7 +168,7 @@ def _fast(h, k, v, w_h, w_k, eps, clamp, out, return_gate):
     else:
         return None
     w2 = (w_h[None], w_k[None])  # the kernel's weights are [GW, H]: (H,) is one shared row
-    if _lib.fast((_OP, h.dtype), (h, k, v, *w2, y, gate), (eps, clamp), _WRITES_OUT_GATE):
+    if _lib.fast((_OP, h.dtype), (h, k, v, *w2, y, gate), (eps, clamp), _WRITES):
         return y, gate
     return None
 
@@ -168,40 +179,23 @@ def _needs_autograd(*tensors: Any) -> bool:
 
 
 def _forward(key, h, k, v, w_h, w_k, eps, clamp, out, return_gate=False):
-    """Validate, allocate, launch: ``(out, gate)``."""
+    """Validate, allocate, launch: ``(out, gate)``. `key` is h's dtype key (checked before)."""
+    *_, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp)  # the engram-specific rules
+    inputs = {"h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k}
+    bound = SCHEMA.bind(inputs)
     fw = _arrays.namespace(h)
-    rows, n, v_rows, w_rows, device, eps, clamp = check_inputs(h, k, v, w_h, w_k, eps, clamp)
-    if out is None:
-        y = fw.empty_like(h)  # h is contiguous, so y is too
-        gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
-    elif return_gate and isinstance(out, (tuple, list)):
-        if len(out) != 2:
-            raise TypeError(f"out must be a tensor or an (out, g) pair; got {len(out)} items")
-        y, gate = out
-        _validate.check_out("out[0] (out)", y, h.dtype, h.shape, device)
-        _validate.check_out("out[1] (g)", gate, fw.float32, h.shape[:-1], device)
-        _validate.check_no_overlap(
-            ("out[0] (out)", "out[1] (g)"), (y, gate), _INPUTS, (h, k, v, w_h, w_k)
-        )
-    else:
-        _validate.check_out("out", out, h.dtype, h.shape, device)
+    if out is None or (return_gate and isinstance(out, (tuple, list))):
+        y, gate = SCHEMA.outputs(fw, h, bound, out, inputs)
+    else:  # out= the output alone: the gate is allocated
+        _validate.check_out("out", out, h.dtype, h.shape, bound.device)
         _validate.check_no_overlap(("out",), (out,), _INPUTS, (h, k, v, w_h, w_k))
-        y = out
-        gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
-    if rows == 0:
+        y, gate = out, h.new_empty(h.shape[:-1], dtype=fw.float32)
+    if h.numel() == 0:
         return y, gate
-    handle = _lib.handle(_OP, key)
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (h.data_ptr(), k.data_ptr(), v.data_ptr(), w_h.data_ptr(), w_k.data_ptr(), y.data_ptr(),
-         gate.data_ptr()),
-        (rows, n, rows, n, v_rows, n, w_rows, n, w_rows, n, rows, n, rows),
-        (eps, clamp),
-    )  # fmt: skip
+    dims = bound.dims
+    handle = SCHEMA.launch(key, bound.device, (h, k, v, w_h, w_k, y, gate), (eps, clamp), dims)
     # As `_fast` launches: 2-D h, v of h's shape, (H,) weights (passed as [1, H]).
-    if type(h) is _arrays.Tensor and h.dim() == 2 and v_rows == rows and w_h.dim() == 1:
+    if type(h) is _arrays.Tensor and h.dim() == 2 and dims["MV"] == dims["M"] and w_h.dim() == 1:
         _lib.learn((_OP, h.dtype), handle)
     return y, gate
 
@@ -242,7 +236,4 @@ def _autograd_function():
     return _FUNCTION
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    m, n = 4 * 4096, 7168
-    return "h[4096, 4, 7168], w [4, 7168]", (m, n, m, n, m, n, 4, n, 4, n, m, n, m)
+example_shapes = SCHEMA.example_shapes

@@ -165,10 +165,6 @@ def _moe_reduce(y_sorted, token_pos, weights, out_dtype):
     return y_sorted.new_empty(t, h, dtype=y_sorted.dtype if out_dtype is None else out_dtype)
 
 
-def _engram_gate(h, k, v, w_h, w_k, eps, clamp_value):
-    return torch.empty_like(h), h.new_empty(h.shape[:-1], dtype=torch.float32)
-
-
 def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, g, clamp_value):
     like = (h, h, v, w_h, w_k)  # grad_v has v's shape (a shared v: [..., 1, H])
     return tuple(torch.empty_like(x) for x in like)
@@ -234,14 +230,7 @@ SPECS: tuple[OpSpec, ...] = (
         ("out",),
         _moe_reduce,
     ),
-    OpSpec(
-        engram_gate,
-        "Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
-        "float clamp_value=1e-06",
-        ("out", "gate"),
-        _engram_gate,
-        fixed=MappingProxyType({"return_gate": True}),
-    ),
+    _from_schema(engram_gate, fixed=MappingProxyType({"return_gate": True})),
     OpSpec(
         engram_gate_backward,
         "Tensor grad_out, Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
