@@ -252,15 +252,27 @@ def _reduce_kernel(T, n, B, GW):
     """Macro: a kernel summing ``partial[B, n]`` over the blocks of each weight row (``b % GW``)
     into the weight gradients ``[GW, n]``."""
 
+    # The layouts inference picks, given so that a dynamic H costs it no search (see
+    # engram_gate.chunk_layout): for static H each thread sums a 16-byte run of a partial row;
+    # for dynamic H (element accesses under the bounds check) each lane sums one column.
+    if isinstance(n, int):
+        runs = RED_COLS // 4
+        thread, index = (lambda gi, j: gi * runs + j // 4), (lambda gi, j: j % 4)
+    else:
+        rows = RED_THREADS // RED_COLS  # partial rows one pass of the block covers
+        thread, index = (lambda gi, j: gi % rows * RED_COLS + j), (lambda gi, j: gi // rows)
+    layout = T.Fragment((RED_GROUPS, RED_COLS), forward_thread_fn=thread, forward_index_fn=index)
+
     @T.macro
     def reduce_partials(partial, w_h, w_k, grad_w_h, grad_w_k):
         with T.Kernel(T.ceildiv(n, RED_COLS), GW, threads=RED_THREADS) as (bx, wb):
             acc = T.alloc_fragment((RED_GROUPS, RED_COLS), "float32")
             tot = T.alloc_fragment((RED_COLS,), "float32")
+            T.annotate_layout({acc: layout})
             per = T.truncdiv(B, T.max(GW, 1))  # blocks of weight row wb: wb + GW * r
             T.clear(acc)
             for r in T.serial(T.ceildiv(per, RED_GROUPS)):
-                for gi, j in T.Parallel(RED_GROUPS, RED_COLS):
+                for gi, j in T.Parallel(RED_GROUPS, RED_COLS, loop_layout=layout):
                     if (r * RED_GROUPS + gi < per) & (bx * RED_COLS + j < n):
                         acc[gi, j] += partial[wb + GW * (r * RED_GROUPS + gi), bx * RED_COLS + j]
             T.reduce_sum(acc, tot, dim=0)
