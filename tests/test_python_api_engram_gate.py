@@ -185,7 +185,7 @@ BAD_CALLS = [
         "f-out-pair-len",
         lambda: gate(*ins(4, 64), return_gate=True, out=(t(4, 64),)),
         TypeError,
-        r"out must be a \(out, g\) tuple of tensors; got tuple",  # the schema's message
+        r"out must be a \(out, g\) tuple of tensors; got a tuple of 1",  # the schema's message
     ),
     (
         "f-out-gate-dtype",
