@@ -211,6 +211,18 @@ def nonneg_float(name: str, value: Any) -> float:
     return value
 
 
+def integer(name: str, value: Any) -> int:
+    """`value` as an int: TypeError for bools, floats, None and the like."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
 def optional_int(name: str, value: Any) -> int | None:
     """`value` as an int (None passes through); TypeError for bools, floats and the like."""
     if value is None or type(value) is int:

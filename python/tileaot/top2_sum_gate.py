@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 from typing import TYPE_CHECKING, Any
 
-from . import _arrays, _lib
+from . import _arrays, _lib, _validate
 from ._schema import OpSchema
 
 if TYPE_CHECKING:
@@ -205,7 +204,7 @@ def _scalars(
         "num_tp_ranks": tp,
     }
     for name, value in ints.items():
-        _int(name, value)
+        _validate.integer(name, value)
     if isinstance(scaling, bool) or not isinstance(scaling, numbers.Real):
         raise TypeError(
             f"routed_scaling_factor must be a real number, got {type(scaling).__name__}"
@@ -270,18 +269,6 @@ def _groups(e: int, k: int, groups: int, kept: int) -> bool:
             f"of {size} kept"
         )
     return True
-
-
-def _int(name: str, value: object) -> int:
-    """`value` as an int: TypeError for bools, floats, None and the like."""
-    if type(value) is int:
-        return value
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
 
 
 example_shapes = SCHEMA.example_shapes

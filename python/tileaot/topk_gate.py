@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import operator
 from typing import TYPE_CHECKING
 
-from . import _arrays, _lib
+from . import _arrays, _lib, _validate
 from ._schema import OpSchema
 
 if TYPE_CHECKING:
@@ -116,7 +115,7 @@ def topk_gate(
     elif type(scores) is not _arrays.Tensor and _arrays.foreign(scores):
         return _arrays.call(topk_gate, locals())
     if type(k) is not int:
-        k = _int("k", k)
+        k = _validate.integer("k", k)
     key = _KEYS.get(scoring) if type(scoring) is str else None
     if key is None:
         if not isinstance(scoring, str):
@@ -140,16 +139,6 @@ def topk_gate(
     if type(scores) is _arrays.Tensor:  # the short path passes (scores, idx, weights)
         _lib.learn((_OP, scoring), handle)
     return idx, weights
-
-
-def _int(name: str, value: object) -> int:
-    """`value` as an int: TypeError for bools, floats, None and the like."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
 
 
 example_shapes = SCHEMA.example_shapes
