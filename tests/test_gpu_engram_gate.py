@@ -75,8 +75,10 @@ def _blocks(key: str, rows: int, n: int, w_rows: int = 1) -> int:
 
 def _scaled_dot(h, k, w_h, w_k):
     n = h.shape[-1]
-    a = torch.nn.functional.rms_norm(h.double(), (n,), w_h.double(), EPS)
-    b = torch.nn.functional.rms_norm(k.double(), (n,), w_k.double(), EPS)
+    # The weight multiplies after the norm: torch's rms_norm takes only an (n,) weight, and the
+    # per-branch weights are [hc, n] (broadcast over the tokens).
+    a = torch.nn.functional.rms_norm(h.double(), (n,), None, EPS) * w_h.double()
+    b = torch.nn.functional.rms_norm(k.double(), (n,), None, EPS) * w_k.double()
     return (a * b).sum(-1) / math.sqrt(n)
 
 
