@@ -211,25 +211,19 @@ def nonneg_float(name: str, value: Any) -> float:
     return value
 
 
-def integer(name: str, value: Any) -> int:
-    """`value` as an int: TypeError for bools, floats, None and the like."""
+def integer(name: str, value: Any, kind: str = "an int") -> int:
+    """`value` as an int: TypeError (saying it must be `kind`) for bools, floats, None and the
+    like."""
     if type(value) is int:
         return value
     if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got bool")
+        raise TypeError(f"{name} must be {kind}, got bool")
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+        raise TypeError(f"{name} must be {kind}, got {type(value).__name__}") from None
 
 
 def optional_int(name: str, value: Any) -> int | None:
     """`value` as an int (None passes through); TypeError for bools, floats and the like."""
-    if value is None or type(value) is int:
-        return value
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int or None, got bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int or None, got {type(value).__name__}") from None
+    return None if value is None else integer(name, value, "an int or None")
