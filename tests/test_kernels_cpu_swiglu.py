@@ -183,14 +183,19 @@ def test_factories_reject_bad_keys():
 def test_lower_swiglu_generic_vector_and_scalar_paths_exact_math():
     src = lower_source(sw.factory(arch="sm_100a", dtype="bfloat16"), "sm_100a", "swiglu_test")
     assert "if (((H % 8) == 0))" in src or "if ((H % 8) == 0)" in src
-    assert "*(uint4*)(x + " in src  # 16-byte loads, not 32-byte
+    assert "*(uint4*)(xf + " in src  # 16-byte loads on x's flat view, not 32-byte
     assert "expf(" in src and "__expf" not in src and "__fdiv_rn" in src
 
 
 @needs_tilelang
 @pytest.mark.parametrize(
     ("arch", "dtype", "H"),
-    [("sm_90a", "bfloat16", 7168), ("sm_90a", "float32", None), ("sm_70", "float16", 2048)],
+    [
+        ("sm_90a", "bfloat16", 7168),
+        ("sm_90a", "bfloat16", 1408),
+        ("sm_90a", "float32", None),
+        ("sm_70", "float16", 2048),
+    ],
 )
 def test_lower_swiglu_vector_stores_are_explicit_16_byte(arch, dtype, H):
     # TileLang's own `*(uint4*)(y + ...) = ...` store was split by NVRTC into 4-byte STGs;
@@ -201,10 +206,11 @@ def test_lower_swiglu_vector_stores_are_explicit_16_byte(arch, dtype, H):
     # Generic H: the vector branch (H % vec == 0) comes first, then the scalar one.
     vector_path, _, scalar_path = src.partition("\n  } else {\n")
     assert (scalar_path != "") == (H is None)
-    assert vector_path.count("tl::store_global_128((&(y[") == 1
-    assert "(y + " not in vector_path  # no plain vector store left
+    y = "yf" if H is None or H % (sw.THREADS * 16 // sw.ITEMSIZE[dtype]) else "y"  # flat view
+    assert vector_path.count(f"tl::store_global_128((&({y}[") == 1
+    assert f"({y} + " not in vector_path  # no plain vector store left
     if H is None:  # the scalar path keeps element stores
-        assert "store_global_128" not in scalar_path and "y[" in scalar_path
+        assert "store_global_128" not in scalar_path and f"{y}[" in scalar_path
 
 
 @needs_tilelang

@@ -13,18 +13,19 @@ approximate ``__expf``). The exact silu costs ~20 of the kernel's ~28 SASS instr
 element (sm_90a): still memory-bound at 6 bytes per element on A100/H100/H200 (a B200's
 bandwidth would need a fast-math silu, as swiglu_per_token_cast_fp8 uses).
 
-Memory-bound (one read of x, one write of y). A block of 128 threads owns ``ROWS`` rows x one
-column tile of ``128 * vec`` outputs (``vec`` = elements per 16-byte vector: 8 for bf16/fp16,
-4 for fp32); each thread loads ``ROWS`` 16-byte vectors of the gate and ``ROWS`` of the up
-half (all loads issued before any math), computes in registers and stores ``ROWS`` 16-byte
-vectors. The grid is ``ceil(H / tile) x ceil(M / ROWS)`` blocks: 57k blocks at
-M=32768, H=7168 (plenty for 132 SMs), and still ``>= 2 * ceil(H / tile)`` blocks at M=8.
+Memory-bound (one read of x, one write of y). Each thread of a 128-thread block loads
+``ROWS`` 16-byte vectors of the gate and ``ROWS`` of the up half (all loads issued before any
+math; ``vec`` = elements per vector: 8 for bf16/fp16, 4 for fp32), computes in registers and
+stores ``ROWS`` 16-byte vectors of y.
 
-* Static H (``{"H": 2048}`` ...): constant strides; no column predicate when the tile
-  divides H.
-* Generic (``{}``, M and H dynamic): a runtime branch picks 16-byte vector access when
-  ``H % vec == 0`` (rows of x and y then start 16-byte aligned) and scalar access otherwise,
-  so any H works.
+* Static H that the column tile (``128 * vec`` outputs) divides (2048, 4096, 7168, ...): a
+  block owns ``ROWS`` rows x one tile, grid ``ceil(M / ROWS) x H / tile``; constant strides,
+  no column predicate.
+* Other static H (1408, 1536, ...) and generic H (``{}``, M and H dynamic): a block owns
+  ``ROWS * 128`` consecutive vectors of y in row-major order on flat views of x and y, grid
+  ``ceil(M * H / (ROWS * 128 * vec))``, so no thread idles in a row's partial last tile
+  (_flat_tile). Generic H picks at run time 16-byte vectors when ``H % vec == 0`` and
+  element access otherwise, so any H works.
 
 On CUDA targets the vector path is written per thread so that each output vector leaves in
 one explicit 16-byte store (``st.global.v4``, inline PTX): TileLang's plain vector store came
@@ -91,46 +92,118 @@ def _kernel(dtype: str, h: int | None, store_128: bool):
     cols = THREADS * vec  # one 16-byte vector per thread and row
     M = T.dynamic("M")
     H = T.dynamic("H") if h is None else h
-    col_check = h is None or h % cols != 0
-    vec_tile = _tile(T, M, H, vec, T.int32(vec), col_check, dtype if store_128 else None)
-    scalar_tile = _scalar_tile(T, M, H, vec)
+    if h is not None and h % cols == 0:
+        return _tiled_kernel(T, dtype, M, h, vec, store_128)
+    flat_vec = _flat_tile(T, M, H, vec, dtype, store_128)
+    flat_scalar = _flat_scalar_tile(T, M, H, vec)
 
     @T.prim_func
     def swiglu(
         x: T.Tensor((M, 2 * H), dtype),
         y: T.Tensor((M, H), dtype),
     ):
-        # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
-        with T.Kernel(ceildiv(T, M, ROWS), ceildiv(T, H, cols), threads=THREADS) as (bm, bc):
+        # One block per THREADS * ROWS vectors of y in row-major order (M * H < 2^30: the
+        # wrapper refuses 2^31 elements of x), on gridDim.x (up to 2^31 - 1).
+        with T.Kernel(ceildiv(T, M * H, THREADS * ROWS * vec), threads=THREADS) as b:
+            xf = T.view(x, (M * 2 * H,))
+            yf = T.view(y, (M * H,))
             if h is not None:
-                vec_tile(x, y, bc, bm)
+                flat_vec(xf, yf, b)
             elif H % vec == 0:
                 # Rows of x and y start 16-byte aligned: tell the vectoriser.
                 T.assume(H % vec == 0)
-                vec_tile(x, y, bc, bm)
+                flat_vec(xf, yf, b)
             else:
-                scalar_tile(x, y, bc, bm)
+                flat_scalar(xf, yf, b)
 
     return swiglu
 
 
-def _tile(T, M, H, vec: int, width, col_check: bool, store_128: str | None = None):
-    """Macro computing a ROWS x (THREADS * vec) tile of y with 16-byte vector accesses
-    (static H, or generic H with ``H % vec == 0``; _scalar_tile serves the rest).
+def _tiled_kernel(T, dtype: str, M, h: int, vec: int, store_128: bool):
+    """Static H that is a multiple of the column tile: ROWS rows x one tile per block, every
+    thread busy, no column predicate."""
+    cols = THREADS * vec
+    vec_tile = _tile(T, M, h, vec, T.int32(vec), dtype if store_128 else None)
 
-    Loops run over (row, vector, element): a column predicate on the vector index alone is
-    what lets TileLang vectorise under a runtime H (on the flat column it falls back to
-    scalar access). ``width`` (an IntImm) is bound here, since a macro argument would reach
-    the loop as a non-constant. ``store_128`` (y's dtype, CUDA only) stores each 16-byte
-    output vector with one explicit ``st.global.v4``; without it (HIP) T.Parallel loops do.
+    @T.prim_func
+    def swiglu(
+        x: T.Tensor((M, 2 * h), dtype),
+        y: T.Tensor((M, h), dtype),
+    ):
+        # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
+        with T.Kernel(ceildiv(T, M, ROWS), h // cols, threads=THREADS) as (bm, bc):
+            vec_tile(x, y, bc, bm)
+
+    return swiglu
+
+
+def _flat_tile(T, M, H, vec: int, dtype: str, store_128: bool):
+    """Macro for H a multiple of ``vec`` (static, or generic with ``H % vec == 0``) on flat
+    views of x and y: block ``b`` computes ROWS x THREADS consecutive 16-byte vectors of y.
+
+    Why flat: a (row, column tile) grid leaves threads idle in each row's last tile unless
+    the tile (1024 bf16 columns) divides H (H = 1400: two tiles, 68 % of threads busy; the
+    ncu probe of 2026-12-02 had that generic variant at 35 % of DRAM bandwidth). Here vector
+    ``i = (b * ROWS + k) * THREADS + tx`` of y (``nv = H / vec`` per row) is y's flat vector
+    ``i`` and x's gate vector ``i + row * nv`` (x rows hold 2 nv vectors), its up vector
+    ``nv`` further: a warp touches 32 consecutive vectors whatever H is, with one int32
+    division per vector (``row * nv`` is bound to a register, so TileLang neither widens the
+    division to int64 nor loses the proof that offsets are multiples of ``vec``) and one
+    predicate, ``i < M * nv``. Each thread issues its 2 x ROWS 16-byte loads before any
+    math, as the tiled path does.
+    """
+    nv = H // vec
+    total = M * nv
+
+    @T.macro
+    def flat(xf, yf, b):
+        tx = T.get_thread_binding()
+        xg = T.alloc_local((ROWS * vec,), dtype)
+        xu = T.alloc_local((ROWS * vec,), dtype)
+        acc = T.alloc_local((ROWS * vec,), "float32")
+        yo = T.alloc_local((vec,), dtype)  # one output vector, rounded: 16 bytes
+        skip = T.alloc_local((ROWS,), "int32")  # row * nv of each of the thread's vectors
+        for k in T.unroll(ROWS):
+            i = (b * ROWS + k) * THREADS + tx
+            skip[k] = T.truncdiv(i, nv) * nv
+        for k in T.unroll(ROWS):
+            i = (b * ROWS + k) * THREADS + tx
+            for e in T.vectorized(vec):
+                xg[k * vec + e] = T.if_then_else(i < total, xf[(i + skip[k]) * vec + e], 0)
+        for k in T.unroll(ROWS):
+            i = (b * ROWS + k) * THREADS + tx
+            for e in T.vectorized(vec):
+                xu[k * vec + e] = T.if_then_else(i < total, xf[(i + skip[k] + nv) * vec + e], 0)
+        for j in T.unroll(ROWS * vec):
+            acc[j] = silu_mul(T, T.cast(xg[j], "float32"), T.cast(xu[j], "float32"))
+        for k in T.unroll(ROWS):
+            i = (b * ROWS + k) * THREADS + tx
+            for e in T.vectorized(vec):
+                yo[e] = T.cast(acc[k * vec + e], dtype)
+            if i < total:
+                if store_128:  # one st.global.v4 per vector (see tile_store_128)
+                    bits = T.view(yo, (4,), "uint32")
+                    T.stg128(yf[i * vec], bits.vload([0], "uint32x4"))
+                else:
+                    for e in T.vectorized(vec):
+                        yf[i * vec + e] = yo[e]
+
+    return flat
+
+
+def _tile(T, M, H: int, vec: int, width, store_128: str | None = None):
+    """Macro computing a ROWS x (THREADS * vec) tile of y with 16-byte vector accesses, for
+    a static H that the tile divides (no column predicate).
+
+    Loops run over (row, vector, element). ``width`` (an IntImm) is bound here, since a
+    macro argument would reach the loop as a non-constant. ``store_128`` (y's dtype, CUDA
+    only) stores each 16-byte output vector with one explicit ``st.global.v4``; without it
+    (HIP) T.Parallel loops do.
     """
     cols = THREADS * vec
 
     def inside(bm, bc, r, v):
-        ok = bm * ROWS + r < M
-        if col_check:  # H % vec == 0: the vector's last element decides for all of it
-            ok = ok & (bc * cols + v * vec + vec - 1 < H)
-        return ok
+        return bm * ROWS + r < M
 
     @T.macro
     def tile_store_128(x, y, bc, bm):
@@ -191,36 +264,41 @@ def _tile(T, M, H, vec: int, width, col_check: bool, store_128: str | None = Non
     return tile
 
 
-def _scalar_tile(T, M, H, vec: int):
-    """Macro computing the same ROWS x (THREADS * vec) tile with element accesses (generic
-    H with ``H % vec != 0``).
+def _flat_scalar_tile(T, M, H, vec: int):
+    """Macro for generic H with ``H % vec != 0`` (rows not 16-byte aligned) on flat views:
+    the same block of ROWS x THREADS x vec elements of y, one element per access.
 
-    Written per thread rather than as T.Parallel loops over fragments: under a runtime H,
-    TileLang 0.1.15 spent ~3/4 of the generic variant's lowering (LayoutInference and
-    LowerTileOp) on those loops (bench/results/build-2026-12-02-tracing.md). The thread
-    mapping is the one TileLang's layout gave them: element ``i`` of thread ``tx`` is row
-    ``i // vec``, column ``bc * cols + (i % vec) * THREADS + tx``, so a warp reads and writes
-    32 consecutive elements; all 2 x ROWS x vec loads come before the math.
+    Element ``j`` of thread ``tx`` is y's flat element ``i = (b * ROWS * vec + j) * THREADS +
+    tx``, x's gate element ``i + row * H``: a warp reads and writes 32 consecutive elements;
+    all 2 x ROWS x vec loads come before the math. Written per thread rather than as
+    T.Parallel loops over fragments: under a runtime H, TileLang 0.1.15 spent ~3/4 of the
+    generic variant's lowering (LayoutInference and LowerTileOp) on those loops
+    (bench/results/build-2026-12-02-tracing.md).
     """
-    cols = THREADS * vec
+    per = ROWS * vec
+    total = M * H
 
     @T.macro
-    def tile_scalar(x, y, bc, bm):
+    def tile_scalar(xf, yf, b):
         tx = T.get_thread_binding()
-        g = T.alloc_local((ROWS * vec,), "float32")
-        u = T.alloc_local((ROWS * vec,), "float32")
-        for i in T.unroll(ROWS * vec):
-            row, col = bm * ROWS + i // vec, bc * cols + i % vec * THREADS + tx
-            g[i] = T.if_then_else((row < M) & (col < H), x[row, col], 0)
-        for i in T.unroll(ROWS * vec):
-            row, col = bm * ROWS + i // vec, bc * cols + i % vec * THREADS + tx
-            u[i] = T.if_then_else((row < M) & (col < H), x[row, col + H], 0)
-        for i in T.unroll(ROWS * vec):
-            g[i] = silu_mul(T, g[i], u[i])
-        for i in T.unroll(ROWS * vec):
-            row, col = bm * ROWS + i // vec, bc * cols + i % vec * THREADS + tx
-            if (row < M) & (col < H):
-                y[row, col] = g[i]
+        g = T.alloc_local((per,), "float32")
+        u = T.alloc_local((per,), "float32")
+        skip = T.alloc_local((per,), "int32")  # row * H of each element
+        for j in T.unroll(per):
+            i = (b * per + j) * THREADS + tx
+            skip[j] = T.truncdiv(i, H) * H
+        for j in T.unroll(per):
+            i = (b * per + j) * THREADS + tx
+            g[j] = T.if_then_else(i < total, xf[i + skip[j]], 0)
+        for j in T.unroll(per):
+            i = (b * per + j) * THREADS + tx
+            u[j] = T.if_then_else(i < total, xf[i + skip[j] + H], 0)
+        for j in T.unroll(per):
+            g[j] = silu_mul(T, g[j], u[j])
+        for j in T.unroll(per):
+            i = (b * per + j) * THREADS + tx
+            if i < total:
+                yf[i] = g[j]
 
     return tile_scalar
 
