@@ -48,7 +48,9 @@ Differences that remain (the results are TileKernels' where a call is served):
 Adding a function: write it in the module of TileKernels' name (one small function mapping
 the arguments onto a tileaot op, options through `_served.require` / `require_none`) and
 add it to that module's ``__all__``; tests/test_tile_kernels_compat.py checks its signature
-against TileKernels' automatically.
+against TileKernels' automatically (a new module, e.g. ``engram``, also goes into that
+test's ``MODULES``; the test fails until it does). Give it a case in the test's CASES (the
+launch) and NOT_SERVED (each refused option).
 """
 
 from . import modeling, moe, quant, transpose
