@@ -1,0 +1,58 @@
+"""DeepSeek TileKernels' API (``tile-kernels`` 1.0.0) on tileaot's ahead-of-time kernels.
+
+Switching is one import line: ``import tileaot.tile_kernels as tile_kernels`` (or
+``from tileaot.tile_kernels.quant import per_token_cast`` for ``from tile_kernels.quant
+import ...``). Every function here has TileKernels' name, module, parameter names, order and
+defaults, and returns what TileKernels returns, computed by tileaot's ops (bit-exact where
+TileKernels' tests compare exactly, see README "TileKernels counterparts"). No JIT: the
+kernels are the wheel's cubins. Needs torch (TileKernels does too); ``import tileaot``
+alone does not load this module.
+
+Served (module: functions -> tileaot op):
+
+* ``quant``: ``per_token_cast`` (e4m3 with 128 or hidden channels per scale ->
+  `per_token_cast_fp8`; e2m1 with ``round_sf=True``, 16 or 32 -> `per_token_cast_fp4`),
+  ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`), ``cast_back`` /
+  ``per_token_cast_back`` (-> `cast_back`), ``swiglu_forward_and_per_token_cast`` (e4m3,
+  128 -> `swiglu_per_token_cast_fp8`).
+* ``moe``: ``top2_sum_gate`` (sigmoid -> `top2_sum_gate`), ``topk_gate`` (-> `topk_gate`),
+  ``reduce_fused`` (-> `moe_reduce`).
+* ``transpose``: ``transpose``, ``batched_transpose`` (-> `transpose`).
+* ``modeling.mhc.ops``: ``sinkhorn_normalize`` (-> `sinkhorn_normalize`, differentiable).
+
+An option TileKernels has and tileaot does not serve raises one line, e.g.
+``NotImplementedError: tileaot.tile_kernels.per_token_cast: fmt='e5m6' is not served yet
+(served: 'e4m3', 'e2m1')``; never a different result. Not served at all yet: scale layouts
+other than float32 row-major (``use_tma_aligned_col_major_sf``, ``use_packed_ue8m0``),
+``x_block_size`` re-casts, E5M6, FP8 groups 16/32/64, per-block sizes other than 128x128.
+
+Differences that remain (the results are TileKernels' where a call is served):
+
+* Indices: tileaot's kernels write int32; ``top2_sum_gate`` and ``topk_gate`` return them
+  converted to int64, as TileKernels (one extra small copy).
+* FP4 scales: tileaot writes UE8M0 exponent bytes; ``per_token_cast(..., "e2m1", ...)``
+  returns them decoded to TileKernels' float32 (exact), and ``cast_back`` of e2m1 data
+  encodes float32 scales back, refusing (ValueError) scales that are no power of two: that
+  check reads one flag from the GPU (a sync).
+* ``swiglu_forward_and_per_token_cast`` gathers each row's weight from
+  ``topk_weights`` with a torch indexing op before the fused kernel (TileKernels gathers
+  inside it); a row with ``pos_to_token_topk == -1`` gets weight 0, as its reference.
+* Inputs must be contiguous where tileaot's op says so (TileKernels also takes strided token
+  rows in its casts); scales given to ``cast_back`` may be column-major (copied).
+* tileaot's validation raises TypeError/ValueError with one line where TileKernels asserts;
+  some inputs TileKernels refuses work here (any transpose shape, fp16 cast input).
+* ``topk_gate``: ``num_topk <= 32`` (TileKernels: up to E).
+* Kernels run on torch's current stream; none of these functions synchronises except the
+  e2m1 ``cast_back`` scale check.
+
+Adding a function: write it in the module of TileKernels' name (one small function mapping
+the arguments onto a tileaot op, options through `_served.require` / `require_none`) and
+add it to that module's ``__all__``; tests/test_tile_kernels_compat.py checks its signature
+against TileKernels' automatically (a new module, e.g. ``engram``, also goes into that
+test's ``MODULES``; the test fails until it does). Give it a case in the test's CASES (the
+launch) and NOT_SERVED (each refused option).
+"""
+
+from . import modeling, moe, quant, transpose
+
+__all__ = ["modeling", "moe", "quant", "transpose"]

@@ -1,0 +1,94 @@
+"""TileKernels 1.0.0's ``tile_kernels.moe`` routing and combine ops, served by tileaot's.
+
+TileKernels returns expert indices as int64; tileaot's kernels write int32 (what
+`tileaot.moe_expand` takes), so these functions convert (one small torch copy).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import tileaot
+
+from ._served import not_served, require, require_none
+
+__all__ = ["reduce_fused", "top2_sum_gate", "topk_gate"]
+
+
+def top2_sum_gate(
+    logits: torch.Tensor,
+    bias: torch.Tensor,
+    num_topk: int,
+    num_topk_groups: int,
+    num_groups: int,
+    use_shared_as_routed: bool,
+    num_shared_experts: int,
+    routed_scaling_factor: float,
+    ep_rank: int,
+    num_ep_ranks: int,
+    tp_rank: int,
+    num_tp_ranks: int,
+    scoring_func: str,
+    mask: torch.Tensor | None = None,
+    fix_routing_mask: torch.Tensor | None = None,
+    to_physical_map: torch.Tensor | None = None,
+    logical_count: torch.Tensor | None = None,
+    unmapped_topk_idx: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V3's router, `tileaot.top2_sum_gate`: ``(topk_idx int64, topk_weights float32)``.
+
+    ``scoring_func="sigmoid"``, no physical expert map. Without the map TileKernels uses
+    `ep_rank` for nothing (it picks a duplicate through the map), so any value gives the same
+    result. `num_shared_experts` counts only with ``use_shared_as_routed``, which appends the
+    shared experts ``E .. E + S - 1`` (weight 1.0) as TileKernels' reference does (its kernel
+    takes them only together with a physical map)."""
+    func = "top2_sum_gate"
+    require(func, "scoring_func", scoring_func, ("sigmoid",))
+    require_none(
+        func,
+        mask=mask,
+        fix_routing_mask=fix_routing_mask,
+        to_physical_map=to_physical_map,
+        logical_count=logical_count,
+        unmapped_topk_idx=unmapped_topk_idx,
+    )
+    idx, weights = tileaot.top2_sum_gate(
+        logits,
+        bias,
+        num_topk,
+        num_groups,
+        num_topk_groups,
+        routed_scaling_factor,
+        num_shared_experts if use_shared_as_routed else 0,  # as TileKernels: else ignored
+        num_ep_ranks,
+        tp_rank,
+        num_tp_ranks,
+        scoring_func,
+    )
+    return idx.long(), weights
+
+
+def topk_gate(scores: torch.Tensor, num_topk: int) -> torch.Tensor:
+    """The `num_topk` largest scores' expert indices per row, int64 ``[T, num_topk]``, ties to
+    the smaller index: `tileaot.topk_gate` (whose softmax ranks the scores themselves); its
+    weights are dropped."""
+    idx, _ = tileaot.topk_gate(scores, num_topk)
+    return idx.long()
+
+
+def reduce_fused(
+    x: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+    topk_weights: torch.Tensor | None,
+    token_topk_to_pos: torch.Tensor,
+    fp8_format: str = "",
+    sf: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``out[t] = sum_k topk_weights[t, k] * x[token_topk_to_pos[t, k]]`` (one FMA a slot),
+    `tileaot.moe_reduce`; out in x's dtype, or `out`'s (e.g. bf16 x into a float32 `out`)."""
+    func = "reduce_fused"
+    if isinstance(x, tuple):
+        raise not_served(func, "x", x, "a tensor, without per-row scales")
+    require(func, "fp8_format", fp8_format, ("",))
+    require_none(func, sf=sf)
+    return tileaot.moe_reduce(x, token_topk_to_pos, topk_weights, out=out)

@@ -1,0 +1,195 @@
+"""TileKernels 1.0.0's ``tile_kernels.quant`` casts, served by tileaot's cast ops.
+
+Each function has TileKernels' name, parameters (names, order, defaults) and return values;
+options tileaot does not serve raise one NotImplementedError line naming the argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import tileaot
+
+from ._served import float_to_ue8m0, not_served, require, require_none, ue8m0_to_float
+
+QuantTensor = tuple[torch.Tensor, torch.Tensor]
+
+__all__ = [
+    "cast_back",
+    "per_block_cast",
+    "per_token_cast",
+    "per_token_cast_back",
+    "swiglu_forward_and_per_token_cast",
+]
+
+
+def per_token_cast(
+    x: torch.Tensor,
+    fmt: str,
+    num_per_channels: int,
+    x_block_size: tuple[int, int] | None = None,
+    use_tma_aligned_col_major_sf: bool = False,
+    round_sf: bool = False,
+    use_packed_ue8m0: bool = False,
+) -> QuantTensor:
+    """Per-token (row) cast: ``(out, out_sf)`` as TileKernels returns them.
+
+    ``fmt="e4m3"``: `tileaot.per_token_cast_fp8` with ``num_per_channels`` 128 or the hidden
+    size (one scale per row); `out` float8_e4m3fn, `out_sf` float32 row-major.
+    ``fmt="e2m1"`` (``round_sf=True``, ``num_per_channels`` 16 or 32):
+    `tileaot.per_token_cast_fp4` with UE8M0 scales; `out` int8 (two codes a byte, as
+    TileKernels packs them), `out_sf` float32 (our exponent bytes decoded exactly).
+    """
+    func = "per_token_cast"
+    _plain_sf(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
+    require_none(func, x_block_size=x_block_size)
+    require(func, "fmt", fmt, ("e4m3", "e2m1"))
+    if fmt == "e2m1":
+        require(func, "round_sf", round_sf, (True,), "fmt='e2m1'")
+        require(func, "num_per_channels", num_per_channels, (16, 32), "fmt='e2m1'")
+        q, e = tileaot.per_token_cast_fp4(x, num_per_channels, "ue8m0")
+        return q.view(torch.int8), ue8m0_to_float(e)
+    group = _fp8_group(func, x, num_per_channels)
+    return tileaot.per_token_cast_fp8(x, group, round_sf=round_sf)
+
+
+def per_block_cast(
+    x: torch.Tensor,
+    fmt: str,
+    block_size: tuple[int, int],
+    use_tma_aligned_col_major_sf: bool = False,
+    round_sf: bool = False,
+    use_packed_ue8m0: bool = False,
+) -> QuantTensor:
+    """Per-block cast, `tileaot.per_block_cast_fp8`: ``fmt="e4m3"``, ``block_size=(128, 128)``;
+    ``(out, out_sf)``, float8_e4m3fn and float32 row-major ``[ceil(M/128), ceil(N/128)]``."""
+    func = "per_block_cast"
+    _plain_sf(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
+    require(func, "fmt", fmt, ("e4m3",))
+    require(func, "block_size", block_size, ((128, 128),))
+    return tileaot.per_block_cast_fp8(x, round_sf=round_sf)
+
+
+def cast_back(
+    x: QuantTensor,
+    fmt: str,
+    x_block_size: tuple[int, int],
+    x_special_fmt: str | None = None,
+) -> torch.Tensor:
+    """Dequantise ``x = (data, sf)`` to ``fmt`` ``"bf16"`` or ``"fp32"``, `tileaot.cast_back`.
+
+    FP8 data: ``x_block_size`` ``(1, 128)``, ``(1, hidden)`` or ``(128, 128)``, float32 scales
+    (row- or column-major). Packed FP4 data (int8): ``(1, 16)`` or ``(1, 32)`` with float32
+    power-of-two scales (checked: one device sync)."""
+    return _cast_back("cast_back", x, fmt, ("x_block_size", x_block_size), x_special_fmt)
+
+
+def per_token_cast_back(
+    x: QuantTensor,
+    fmt: str,
+    num_per_channels: int,
+    x_special_fmt: str | None = None,
+) -> torch.Tensor:
+    """`cast_back` with ``x_block_size=(1, num_per_channels)``."""
+    block = ("num_per_channels", num_per_channels)
+    return _cast_back("per_token_cast_back", x, fmt, block, x_special_fmt)
+
+
+def swiglu_forward_and_per_token_cast(
+    x: torch.Tensor,
+    fmt: str,
+    num_per_channels: int,
+    pos_to_token_topk: torch.Tensor | None = None,
+    topk_weights: torch.Tensor | None = None,
+    pos_to_expert: torch.Tensor | None = None,
+    use_tma_aligned_col_major_sf: bool = False,
+    round_sf: bool = False,
+    use_packed_ue8m0: bool = False,
+    swiglu_clamp_value: float | None = None,
+    clamped_count: torch.Tensor | None = None,
+    sf_clamp_min: float | None = None,
+) -> QuantTensor:
+    """SwiGLU then per-token FP8 cast, `tileaot.swiglu_per_token_cast_fp8` (``fmt="e4m3"``,
+    ``num_per_channels=128``). Row ``i`` is weighted by
+    ``topk_weights.view(-1)[pos_to_token_topk[i]]`` (0 where it is -1, as TileKernels'
+    reference), gathered by one torch indexing op."""
+    func = "swiglu_forward_and_per_token_cast"
+    _plain_sf(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
+    require(func, "fmt", fmt, ("e4m3",))
+    require(func, "num_per_channels", num_per_channels, (128,))
+    require_none(
+        func, pos_to_expert=pos_to_expert, clamped_count=clamped_count, sf_clamp_min=sf_clamp_min
+    )
+    weights = None
+    if pos_to_token_topk is not None:  # TileKernels ignores topk_weights without it
+        weights = _row_weights(func, pos_to_token_topk, topk_weights)
+    return tileaot.swiglu_per_token_cast_fp8(x, weights, swiglu_clamp_value, round_sf=round_sf)
+
+
+def _plain_sf(func: str, use_tma_aligned_col_major_sf: bool, use_packed_ue8m0: bool) -> None:
+    """Our casts write float32 row-major scales only."""
+    require(func, "use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf, (False,))
+    require(func, "use_packed_ue8m0", use_packed_ue8m0, (False,))
+
+
+def _fp8_group(func: str, x: Any, num_per_channels: int) -> int | None:
+    """`per_token_cast_fp8`'s group_size for TileKernels' num_per_channels (None: per row)."""
+    hidden = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() > 0 else None
+    if num_per_channels == 128:
+        return 128
+    if num_per_channels == hidden:
+        return None
+    raise not_served(func, "num_per_channels", num_per_channels, f"128, hidden={hidden}")
+
+
+def _cast_back(
+    func: str, x: Any, fmt: str, block: tuple[str, Any], x_special_fmt: str | None
+) -> torch.Tensor:
+    require(func, "fmt", fmt, ("bf16", "fp32"))
+    require_none(func, x_special_fmt=x_special_fmt)
+    if not (isinstance(x, tuple) and len(x) == 2):
+        raise TypeError(
+            f"tileaot.tile_kernels.{func}: x must be a (data, sf) pair, not {type(x).__name__}"
+        )
+    q, sf = x
+    out_dtype = torch.bfloat16 if fmt == "bf16" else torch.float32
+    arg, value = block
+    size = (1, value) if arg == "num_per_channels" else value
+    if isinstance(q, torch.Tensor) and q.dtype == torch.int8:  # packed e2m1
+        served = (16, 32) if arg == "num_per_channels" else ((1, 16), (1, 32))
+        require(func, arg, value, served, "e2m1 data")
+        require(func, "x[1].dtype", getattr(sf, "dtype", None), (torch.float32,), "e2m1 data")
+        e = float_to_ue8m0(func, sf)
+        return tileaot.cast_back(q.view(torch.uint8), e, group_size=size[1], out_dtype=out_dtype)
+    layout = _fp8_layout(func, q, block, size)
+    if isinstance(sf, torch.Tensor):
+        sf = sf.contiguous()  # TileKernels also takes column-major scales: same values
+    return tileaot.cast_back(q, sf, layout=layout, out_dtype=out_dtype)
+
+
+def _fp8_layout(func: str, q: Any, block: tuple[str, Any], size: Any) -> str:
+    """`tileaot.cast_back`'s layout for TileKernels' FP8 scaling block."""
+    hidden = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() > 0 else None
+    layouts = {(1, 128): "g128", (128, 128): "block128", (1, hidden): "token"}
+    if isinstance(size, (tuple, list)) and tuple(size) in layouts:
+        return layouts[tuple(size)]
+    arg, value = block
+    served = (
+        f"128, hidden={hidden}"
+        if arg == "num_per_channels"
+        else f"(1, 128), (128, 128), (1, hidden={hidden})"
+    )
+    raise not_served(func, arg, value, served)
+
+
+def _row_weights(func: str, pos_to_token_topk: torch.Tensor, topk_weights: Any) -> torch.Tensor:
+    """The float32 weight of each expanded row: its (token, slot)'s, 0 for position -1."""
+    if not isinstance(topk_weights, torch.Tensor):
+        raise ValueError(f"tileaot.tile_kernels.{func}: pos_to_token_topk needs topk_weights")
+    flat = topk_weights.reshape(-1).float()
+    pos = pos_to_token_topk.long()
+    if flat.numel() == 0:
+        return torch.zeros(pos.shape, dtype=torch.float32, device=pos.device)
+    return torch.where(pos >= 0, flat[pos.clamp(min=0)], 0.0)

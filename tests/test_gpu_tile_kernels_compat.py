@@ -1,0 +1,226 @@
+"""GPU tests of `tileaot.tile_kernels` against TileKernels 1.0.0's torch references.
+
+Each compat function runs on the GPU and is compared with `tile_kernels.torch` on the same
+inputs, bit-exact (bytes of codes, scales, indices and outputs) where TileKernels' own tests
+compare exactly, with their tolerance otherwise (top2_sum_gate's weights: `torch.allclose`;
+sinkhorn: `assert_close` defaults). The caching allocator is poisoned (0xFF bytes: NaN floats,
+-1 ints) before every call, so the outputs the functions allocate start as garbage and a value
+left unwritten shows.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+TOKENS = (1, 7, 129, 4001)
+F8, F32, BF16 = torch.float8_e4m3fn, torch.float32, torch.bfloat16
+
+
+def _compat():
+    import tileaot.tile_kernels as compat
+
+    return compat
+
+
+def _tk(module: str):
+    from _tile_kernels import tk
+
+    return tk(module)
+
+
+def _poison() -> None:
+    """Fill freed cached blocks of the small (< 1 MiB) and large pools with 0xFF bytes."""
+    for nbytes in (1 << 19, 1 << 21, 1 << 26):
+        torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0xFF)
+
+
+def _same(ours: torch.Tensor, theirs: torch.Tensor, what: object) -> None:
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, what
+    a, b = ours.contiguous().view(torch.uint8), theirs.contiguous().view(torch.uint8)
+    assert torch.equal(a, b), (what, int((a != b).sum()))
+
+
+def _x(m: int, n: int, dtype: torch.dtype = BF16, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, n, device="cuda", generator=g)
+    x[::5] *= 1e3  # wide and narrow rows
+    x[3::7] = 0.0  # all-zero rows: the amax floor
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("m", TOKENS)
+def test_per_token_cast_e4m3(m, dtype, round_sf):
+    cast = _tk("cast").cast
+    for n, g in ((7168, 128), (2048, 2048)):
+        x = _x(m, n, dtype, seed=m + n)
+        _poison()
+        q, sf = _compat().quant.per_token_cast(x, "e4m3", g, round_sf=round_sf)
+        q_tk, sf_tk = cast(x, "e4m3", (1, g), round_sf=round_sf)
+        _same(q, q_tk, (m, n, g, "q"))
+        _same(sf, sf_tk, (m, n, g, "sf"))
+
+
+@pytest.mark.parametrize("group", [16, 32])
+@pytest.mark.parametrize("m", TOKENS)
+def test_per_token_cast_e2m1(m, group):
+    x = _x(m, 7168, seed=m)
+    _poison()
+    q, sf = _compat().quant.per_token_cast(x, "e2m1", group, round_sf=True)
+    q_tk, sf_tk = _tk("cast").cast(x, "e2m1", (1, group), round_sf=True)
+    _same(q, q_tk, "q")
+    _same(sf, sf_tk, "sf")
+
+
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("m", TOKENS)
+def test_per_block_cast(m, round_sf):
+    x = _x(m, 7168, seed=m)
+    _poison()
+    q, sf = _compat().quant.per_block_cast(x, "e4m3", (128, 128), round_sf=round_sf)
+    q_tk, sf_tk = _tk("cast").cast(x, "e4m3", (128, 128), round_sf=round_sf)
+    _same(q, q_tk, "q")
+    _same(sf, sf_tk, "sf")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp32"])
+@pytest.mark.parametrize("block", [(1, 128), (1, 7168), (128, 128)])
+@pytest.mark.parametrize("m", TOKENS)
+def test_cast_back_fp8(m, block, fmt):
+    tkc = _tk("cast")
+    x = tkc.cast(_x(m, 7168, seed=m), "e4m3", block)
+    _poison()
+    _same(_compat().quant.cast_back(x, fmt, block), tkc.cast_back(x, fmt, block), (m, block))
+    if block[0] == 1:
+        got = _compat().quant.per_token_cast_back(x, fmt, block[1])
+        _same(got, tkc.cast_back(x, fmt, block), (m, block, "per_token_cast_back"))
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp32"])
+@pytest.mark.parametrize("group", [16, 32])
+def test_cast_back_e2m1(group, fmt):
+    tkc = _tk("cast")
+    q, sf = tkc.cast(_x(129, 7168, seed=group), "e2m1", (1, group), round_sf=True)
+    _poison()
+    _same(
+        _compat().quant.cast_back((q, sf), fmt, (1, group)),
+        tkc.cast_back((q, sf), fmt, (1, group)),
+        group,
+    )
+
+
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("clamp", [None, 10.0, 0.5])  # TileKernels' tests' clamp values
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("m", TOKENS)
+def test_swiglu_forward_and_per_token_cast(m, weighted, clamp, round_sf):
+    cast, swiglu_forward = _tk("cast").cast, _tk("swiglu").swiglu_forward
+    x = _x(m, 2 * 2048, seed=m)
+    k = 4
+    g = torch.Generator(device="cuda").manual_seed(m)
+    w = torch.rand(-(-m // k), k, device="cuda", generator=g) if weighted else None
+    ptt = None
+    if weighted:  # each expanded row a (token, slot); every fifth row padding (-1)
+        ptt = torch.randperm(w.numel(), device="cuda", generator=g)[:m].int()
+        ptt[::5] = -1
+    _poison()
+    q, sf = _compat().quant.swiglu_forward_and_per_token_cast(
+        x, "e4m3", 128, ptt, w, round_sf=round_sf, swiglu_clamp_value=clamp
+    )
+    q_tk, sf_tk = cast(swiglu_forward(x, ptt, w, clamp), "e4m3", (1, 128), round_sf=round_sf)
+    _same(q, q_tk, "q")
+    _same(sf, sf_tk, "sf")
+
+
+# (T, E, num_groups, num_topk_groups, k, shared, ep, tp): DeepSeek-V3's router and splits
+ROUTERS = [
+    (4001, 256, 8, 4, 8, 0, 1, 1),
+    (129, 256, 8, 4, 8, 1, 4, 2),
+    (7, 160, 0, 0, 6, 2, 2, 2),
+]
+
+
+@pytest.mark.parametrize("router", ROUTERS, ids=[str(r) for r in ROUTERS])
+def test_top2_sum_gate(router):
+    t, e, groups, kept, k, shared, ep, tp = router
+    g = torch.Generator(device="cuda").manual_seed(t + e)
+    logits = torch.randn(t, e, device="cuda", generator=g)
+    bias = torch.randn(e, device="cuda", generator=g) * 0.1
+    for tp_rank in range(tp):
+        # ep_rank 1: without a physical map it changes nothing (checked here too)
+        args = (
+            logits,
+            bias,
+            k,
+            kept,
+            groups,
+            shared > 0,
+            shared,
+            2.5,
+            1,
+            ep,
+            tp_rank,
+            tp,
+            "sigmoid",
+        )
+        _poison()
+        idx, w = _compat().moe.top2_sum_gate(*args)
+        want_idx, want_w = _tk("topk").top2_sum_gate(*args)
+        assert idx.dtype == torch.int64 and torch.equal(idx, want_idx), (router, tp_rank)
+        assert torch.allclose(w, want_w), (router, tp_rank)  # TileKernels' test's bound
+
+
+@pytest.mark.parametrize("e", [64, 72, 256])
+def test_topk_gate(e):
+    g = torch.Generator(device="cuda").manual_seed(e)
+    scores = torch.randn(4001, e, device="cuda", generator=g).round(decimals=1)  # ties
+    _poison()
+    idx = _compat().moe.topk_gate(scores, 8)
+    _same(idx, _tk("topk").stable_topk(scores, 8), e)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "fp32"])
+def test_reduce_fused(dtype, weighted):
+    reduce_fused = _tk("reduce_fused").reduce_fused
+    g = torch.Generator(device="cuda").manual_seed(int(weighted))
+    for tokens, h in ((1, 7168), (129, 2048), (4001, 7168)):
+        y = torch.randn(tokens * 8 + 3, h, device="cuda", generator=g).to(dtype)
+        pos = torch.randperm(y.shape[0], device="cuda", generator=g)[: tokens * 8].view(tokens, 8)
+        pos = pos.int()
+        pos[::3, 7] = -1  # dropped slots
+        w = torch.rand(tokens, 8, device="cuda", generator=g) if weighted else None
+        _poison()
+        got = _compat().moe.reduce_fused(y, w, pos)
+        _same(got, reduce_fused(y, w, pos), (tokens, h))
+
+
+@pytest.mark.parametrize("dtype", [F8, BF16, F32], ids=["e4m3", "bf16", "fp32"])
+def test_transpose(dtype):
+    x = _x(4032, 7168, seed=3).to(dtype)
+    _poison()
+    _same(_compat().transpose.transpose(x), x.T.contiguous(), "transpose")
+    xb = x.view(4, 1008, 7168)
+    _same(_compat().transpose.batched_transpose(xb), xb.transpose(1, 2).contiguous(), "batched")
+
+
+@pytest.mark.parametrize("repeat", [1, 10, 20])
+@pytest.mark.parametrize("n", [4, 8])
+def test_sinkhorn_normalize_forward_and_backward(repeat, n):
+    """Also on a non-contiguous x (TileKernels makes it contiguous; so does the compat)."""
+    logits = torch.randn(2, 1023, n, n, device="cuda").transpose(-1, -2)
+    grad_out = torch.randn_like(logits)
+    results = []
+    for fn in (_compat().modeling.mhc.ops.sinkhorn_normalize, _tk("mhc").sinkhorn_normalize_ref):
+        x = logits.clone().requires_grad_(True)
+        _poison()
+        p = fn(x, repeat, 1e-6)
+        p.backward(grad_out)
+        results.append((p, x.grad))
+    (p, grad), (want, want_grad) = results
+    torch.testing.assert_close(p, want)  # TileKernels' test: assert_close defaults
+    torch.testing.assert_close(grad, want_grad)

@@ -1,0 +1,619 @@
+"""CPU tests of `tileaot.tile_kernels`, the TileKernels-compatible API (issues 18.6, 19.3).
+
+(a) every exported function exists in `tile-kernels` 1.0.0 under the same module path, with the
+same parameters (names, kinds, order, defaults): read from TileKernels' own functions with
+`inspect.signature`; (b) a call reaches the tileaot op a direct call with the mapped arguments
+reaches, with the same launch (recording fake, tests/_fakes.py), and returns TileKernels'
+dtypes and shapes; (c) every option tileaot does not serve raises one NotImplementedError line
+naming the argument and its value, before anything is launched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _fakes import cpu_as_cuda, fake, t, tileaot  # noqa: E402, F401
+from _tile_kernels import tk  # noqa: E402
+
+__all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
+
+_lib = importlib.import_module("tileaot._lib")
+compat = importlib.import_module("tileaot.tile_kernels")
+served = importlib.import_module("tileaot.tile_kernels._served")
+quant, moe = compat.quant, compat.moe
+ops = compat.modeling.mhc.ops
+F8, F32, BF16, I32 = torch.float8_e4m3fn, torch.float32, torch.bfloat16, torch.int32
+
+# Our compat modules, by their path below `tileaot.tile_kernels` (= TileKernels' below
+# `tile_kernels`).
+MODULES = ("quant", "moe", "transpose", "modeling.mhc.ops")
+
+
+def _ours(path: str):
+    return importlib.import_module(f"tileaot.tile_kernels.{path}")
+
+
+def _exports() -> list[tuple[str, str]]:
+    return [(path, name) for path in MODULES for name in _ours(path).__all__]
+
+
+def _params(fn) -> list[tuple]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+# --- (a) names and signatures ------------------------------------------------------------------
+
+
+def test_every_compat_module_is_listed():
+    """A module added to the package without a place in MODULES would escape (a)."""
+    import pkgutil
+
+    found = set()
+    for info in pkgutil.walk_packages(compat.__path__, "tileaot.tile_kernels."):
+        mod = importlib.import_module(info.name)
+        names = getattr(mod, "__all__", ())
+        if names and all(inspect.isfunction(getattr(mod, n)) for n in names):
+            found.add(info.name.removeprefix("tileaot.tile_kernels."))
+    assert found == set(MODULES)
+
+
+@pytest.mark.parametrize(("path", "name"), _exports(), ids=[f"{p}.{n}" for p, n in _exports()])
+def test_signature_is_tilekernels(path, name):
+    tk()  # imports tile_kernels (with TileLang's moved module aliased), or skips
+    theirs = importlib.import_module(f"tile_kernels.{path}")
+    assert hasattr(theirs, name), f"tile_kernels.{path} has no {name}"
+    assert _params(getattr(_ours(path), name)) == _params(getattr(theirs, name))
+
+
+# --- (b) the op reached, with the arguments a direct call passes ------------------------------
+
+
+def _record(fake, call):
+    """Run `call` with empty handle caches; return its result, lookups and launches (without
+    the pointers: the outputs are fresh allocations each call)."""
+    fake.lookups.clear()
+    fake.launches.clear()
+    _lib._handles.clear()
+    _lib._fast.clear()
+    result = call()
+    launches = [(x.handle, x.device, x.stream, x.shapes, x.scalars) for x in fake.launches]
+    return result, list(fake.lookups), launches
+
+
+def _flat(result) -> list[torch.Tensor]:
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+X = t(8, 256)
+X32 = t(8, 256, dtype=F32)
+Q8 = X.to(F8)
+S_G128, S_TOK, S_BLOCK = t(8, 2, dtype=F32), t(8, 1, dtype=F32), t(1, 2, dtype=F32)
+Q4 = torch.randint(0, 256, (8, 128), dtype=torch.uint8)
+E4 = torch.randint(100, 140, (8, 8), dtype=torch.uint8)  # UE8M0 bytes of group-32 scales
+S4 = served.ue8m0_to_float(E4)
+GATE = t(8, 512)
+PTT = torch.tensor([0, 3, -1, 5, 2, 7, 1, 4], dtype=I32)
+TOPK_W = t(4, 2, dtype=F32)
+ROW_W = torch.where(PTT >= 0, TOPK_W.view(-1)[PTT.long().clamp(min=0)], 0.0)
+LOGITS, BIAS = t(8, 64, dtype=F32), t(64, dtype=F32)
+Y, POS = t(16, 256), torch.randint(-1, 16, (8, 2), dtype=I32)
+OUT32 = t(8, 256, dtype=F32)
+SINK = t(3, 4, 4, dtype=F32)
+
+# (id, compat call, direct tileaot call, TileKernels' (dtype, shape) of each result)
+CASES = [
+    (
+        "per_token_cast-e4m3-g128",
+        lambda: quant.per_token_cast(X, "e4m3", 128, round_sf=True),
+        lambda: tileaot.per_token_cast_fp8(X, 128, round_sf=True),
+        [(F8, (8, 256)), (F32, (8, 2))],
+    ),
+    (
+        "per_token_cast-e4m3-row",
+        lambda: quant.per_token_cast(X32, "e4m3", 256),
+        lambda: tileaot.per_token_cast_fp8(X32, None),
+        [(F8, (8, 256)), (F32, (8, 1))],
+    ),
+    (
+        "per_token_cast-e2m1",
+        lambda: quant.per_token_cast(X, "e2m1", 32, round_sf=True),
+        lambda: tileaot.per_token_cast_fp4(X, 32, "ue8m0"),
+        [(torch.int8, (8, 128)), (F32, (8, 8))],
+    ),
+    (
+        "per_block_cast",
+        lambda: quant.per_block_cast(X, "e4m3", (128, 128), round_sf=True),
+        lambda: tileaot.per_block_cast_fp8(X, round_sf=True),
+        [(F8, (8, 256)), (F32, (1, 2))],
+    ),
+    (
+        "cast_back-g128",
+        lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 128)),
+        lambda: tileaot.cast_back(Q8, S_G128, layout="g128"),
+        [(BF16, (8, 256))],
+    ),
+    (
+        "cast_back-token-colmajor-sf",
+        lambda: quant.cast_back((Q8, S_TOK.T.contiguous().T), "fp32", (1, 256)),
+        lambda: tileaot.cast_back(Q8, S_TOK, layout="token", out_dtype=F32),
+        [(F32, (8, 256))],
+    ),
+    (
+        "cast_back-block",
+        lambda: quant.cast_back((Q8, S_BLOCK), "bf16", [128, 128]),
+        lambda: tileaot.cast_back(Q8, S_BLOCK, layout="block128"),
+        [(BF16, (8, 256))],
+    ),
+    (
+        "cast_back-e2m1",
+        lambda: quant.cast_back((Q4.view(torch.int8), S4), "fp32", (1, 32)),
+        lambda: tileaot.cast_back(Q4, E4, group_size=32, out_dtype=F32),
+        [(F32, (8, 256))],
+    ),
+    (
+        "per_token_cast_back",
+        lambda: quant.per_token_cast_back((Q8, S_G128), "bf16", 128),
+        lambda: tileaot.cast_back(Q8, S_G128, layout="g128"),
+        [(BF16, (8, 256))],
+    ),
+    (
+        "swiglu_forward_and_per_token_cast",
+        lambda: quant.swiglu_forward_and_per_token_cast(GATE, "e4m3", 128, swiglu_clamp_value=7.0),
+        lambda: tileaot.swiglu_per_token_cast_fp8(GATE, None, 7.0),
+        [(F8, (8, 256)), (F32, (8, 2))],
+    ),
+    (
+        "swiglu_forward_and_per_token_cast-weighted",
+        lambda: quant.swiglu_forward_and_per_token_cast(
+            GATE, "e4m3", 128, PTT, TOPK_W, round_sf=True
+        ),
+        lambda: tileaot.swiglu_per_token_cast_fp8(GATE, ROW_W, round_sf=True),
+        [(F8, (8, 256)), (F32, (8, 2))],
+    ),
+    (
+        "top2_sum_gate",
+        lambda: moe.top2_sum_gate(LOGITS, BIAS, 6, 4, 8, False, 1, 2.5, 3, 4, 1, 2, "sigmoid"),
+        lambda: tileaot.top2_sum_gate(LOGITS, BIAS, 6, 8, 4, 2.5, 0, 4, 1, 2, "sigmoid"),
+        [(torch.int64, (8, 6)), (F32, (8, 6))],
+    ),
+    (
+        "top2_sum_gate-shared",
+        lambda: moe.top2_sum_gate(LOGITS, BIAS, 6, 4, 8, True, 2, 1.0, 0, 1, 0, 1, "sigmoid"),
+        lambda: tileaot.top2_sum_gate(LOGITS, BIAS, 6, 8, 4, 1.0, 2),
+        [(torch.int64, (8, 8)), (F32, (8, 8))],
+    ),
+    (
+        "topk_gate",
+        lambda: moe.topk_gate(LOGITS, 8),
+        lambda: tileaot.topk_gate(LOGITS, 8),
+        [(torch.int64, (8, 8))],
+    ),
+    (
+        "reduce_fused",
+        lambda: moe.reduce_fused(Y, TOPK_W.repeat(2, 1), POS),
+        lambda: tileaot.moe_reduce(Y, POS, TOPK_W.repeat(2, 1)),
+        [(BF16, (8, 256))],
+    ),
+    (
+        "reduce_fused-unweighted-fp32-out",
+        lambda: moe.reduce_fused(Y, None, POS, out=OUT32),
+        lambda: tileaot.moe_reduce(Y, POS, None, out=OUT32),
+        [(F32, (8, 256))],
+    ),
+    (
+        "transpose",
+        lambda: compat.transpose.transpose(X),
+        lambda: tileaot.transpose(X),
+        [(BF16, (256, 8))],
+    ),
+    (
+        "batched_transpose",
+        lambda: compat.transpose.batched_transpose(SINK),
+        lambda: tileaot.transpose(SINK),
+        [(F32, (3, 4, 4))],
+    ),
+    (
+        "sinkhorn_normalize",
+        lambda: ops.sinkhorn_normalize(SINK.transpose(1, 2), 20, 1e-5),
+        lambda: tileaot.sinkhorn_normalize(SINK.transpose(1, 2).contiguous(), 20, 1e-5),
+        [(F32, (3, 4, 4))],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("compat_call", "direct_call", "want"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_call_reaches_the_op(fake, cpu_as_cuda, compat_call, direct_call, want):
+    result, lookups, launches = _record(fake, compat_call)
+    _, direct_lookups, direct_launches = _record(fake, direct_call)
+    assert launches, "nothing was launched"
+    assert (lookups, launches) == (direct_lookups, direct_launches)
+    got = [(r.dtype, tuple(r.shape)) for r in _flat(result)]
+    assert got == want
+
+
+def test_row_weights_are_tilekernels_reference_weights():
+    """The per-row weight gathered for the SwiGLU cast is what TileKernels' reference
+    multiplies each row by (``swiglu_forward`` with pos_to_token_topk, -1 rows included)."""
+    swiglu_forward = tk("swiglu").swiglu_forward
+    x = t(8, 256, dtype=F32)
+    w_rows = quant._row_weights("f", PTT, TOPK_W)
+    ours = swiglu_forward(x) * w_rows[:, None]
+    assert torch.equal(ours, swiglu_forward(x, PTT, TOPK_W))
+
+
+def test_fp4_scales_are_tilekernels_float_scales():
+    """Our UE8M0 bytes decode to TileKernels' float32 e2m1 scales bit for bit (and back)."""
+    from kernels_py.quant import per_token_cast_fp4 as fp4
+
+    x = t(129, 640)
+    x[3] = 0.0  # all-zero groups: byte 1, 2**-126
+    x[5, :32] *= 1e30
+    _, e = fp4.reference(x, 32, "ue8m0")
+    _, s_tk = tk("cast").cast(x, "e2m1", (1, 32), round_sf=True)
+    assert torch.equal(served.ue8m0_to_float(e).view(I32), s_tk.view(I32))
+    assert torch.equal(served.float_to_ue8m0("f", s_tk), e)
+    every = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    decoded = served.ue8m0_to_float(every)
+    assert decoded[0] == 0 and decoded[255] == float("inf")
+    assert torch.equal(decoded[1:255], torch.exp2(torch.arange(1, 255.0) - 127))
+
+
+def test_e2m1_cast_back_refuses_scales_that_are_no_power_of_two(fake, cpu_as_cuda):
+    for bad in (1.5, -2.0, -0.0):
+        sf = S4.clone()
+        sf[2, 3] = bad
+        with pytest.raises(
+            ValueError, match=r"^tileaot\.tile_kernels\.cast_back: e2m1 scales must"
+        ):
+            quant.cast_back((Q4.view(torch.int8), sf), "bf16", (1, 32))
+    assert not fake.launches
+
+
+# --- (d) TileKernels' results, on the CPU: our references stand in for the kernels --------------
+# Our GPU tests hold each kernel to its reference bit for bit; here the compat functions run on
+# those references and meet TileKernels' torch references (tests/test_gpu_tile_kernels_compat.py
+# repeats this on the GPU with the kernels).
+
+
+def _stand_ins() -> dict:
+    from kernels_py.act import swiglu_per_token_cast_fp8 as swq
+    from kernels_py.mhc import sinkhorn_normalize as sk
+    from kernels_py.moe import moe_reduce as mr
+    from kernels_py.moe import top2_sum_gate as t2
+    from kernels_py.moe import topk_gate as tg
+    from kernels_py.quant import cast_back_fp4 as cb4
+    from kernels_py.quant import cast_back_fp8 as cb8
+    from kernels_py.quant import per_block_cast_fp8 as pb
+    from kernels_py.quant import per_token_cast_fp4 as fp4
+    from kernels_py.quant import per_token_cast_fp8 as pt
+
+    def cast_back(q, scale, *, layout=None, group_size=None, out_dtype=None):
+        if q.dtype == torch.uint8:
+            return cb4.reference(q, scale, group_size, out_dtype)
+        return cb8.reference(q, scale, layout, out_dtype)
+
+    def moe_reduce(y, pos, weights=None, out_dtype=None, *, out=None):
+        if out is None:
+            return mr.reference(y, pos, weights, out_dtype)
+        return out.copy_(mr.reference(y, pos, weights, out.dtype))
+
+    return {
+        "per_token_cast_fp8": lambda x, g=128, *, round_sf=False: pt.reference(x, g, round_sf),
+        "per_block_cast_fp8": lambda x, *, round_sf=False: pb.reference(x, round_sf),
+        "per_token_cast_fp4": fp4.reference,
+        "cast_back": cast_back,
+        "swiglu_per_token_cast_fp8": swq.reference,
+        "top2_sum_gate": lambda *args: t2.reference(*args[:10]),  # scoring_func: sigmoid only
+        "topk_gate": tg.reference,
+        "moe_reduce": moe_reduce,
+        "transpose": lambda x: x.transpose(-1, -2).contiguous(),
+        "sinkhorn_normalize": sk.reference,
+    }
+
+
+@pytest.fixture
+def references(monkeypatch):
+    for name, fn in _stand_ins().items():
+        monkeypatch.setattr(tileaot, name, fn)
+    rf = tk("reduce_fused")  # its CPU compile is no FMA: test_parity_moe.py says why
+    monkeypatch.setattr(
+        rf, "elementwise_fma", importlib.import_module("kernels_py.moe.moe_reduce").fma_f32
+    )
+
+
+def _edgy(m: int, n: int, dtype=BF16, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, n, generator=g) * 3
+    x[::5] *= 1e4
+    x[2::7] = 0.0
+    x[0, ::3] = -0.0
+    return x.to(dtype)
+
+
+def _tk_cases():
+    cast, topk = tk("cast"), tk("topk")
+    x, x32, gate = _edgy(129, 512), _edgy(7, 256, F32, 1), _edgy(129, 512, seed=2)
+    q8, qb = cast.cast(x, "e4m3", (1, 128)), cast.cast(x, "e4m3", (128, 128), round_sf=True)
+    q8t = cast.cast(x32, "e4m3", (1, 256))
+    q4 = cast.cast(x, "e2m1", (1, 32), round_sf=True)
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(40, 4, generator=g)
+    ptt = torch.randperm(160, generator=g)[:129].int()
+    ptt[::6] = -1
+    logits = _edgy(129, 256, F32, 4)
+    bias = torch.randn(256, generator=g) * 0.1
+    ties = _edgy(129, 72, F32, 5).round()
+    y = _edgy(1000, 256, seed=6)
+    pos = torch.randperm(1000, generator=g)[:1000].view(125, 8).int()
+    pos[::3, 7] = -1
+    rw = torch.rand(125, 8, generator=g)
+    sink = torch.randn(9, 4, 4, generator=g)
+    router = (logits, bias, 8, 4, 8, True, 1, 2.5, 1, 4, 1, 2, "sigmoid")
+    return [
+        (
+            "per_token_cast-g128",
+            lambda: quant.per_token_cast(x, "e4m3", 128, round_sf=True),
+            lambda: cast.cast(x, "e4m3", (1, 128), round_sf=True),
+        ),
+        (
+            "per_token_cast-row",
+            lambda: quant.per_token_cast(x32, "e4m3", 256),
+            lambda: cast.cast(x32, "e4m3", (1, 256)),
+        ),
+        (
+            "per_token_cast-e2m1-16",
+            lambda: quant.per_token_cast(x, "e2m1", 16, round_sf=True),
+            lambda: cast.cast(x, "e2m1", (1, 16), round_sf=True),
+        ),
+        (
+            "per_block_cast",
+            lambda: quant.per_block_cast(x, "e4m3", (128, 128)),
+            lambda: cast.cast(x, "e4m3", (128, 128)),
+        ),
+        (
+            "cast_back-g128",
+            lambda: quant.cast_back(q8, "fp32", (1, 128)),
+            lambda: cast.cast_back(q8, "fp32", (1, 128)),
+        ),
+        (
+            "per_token_cast_back-row",
+            lambda: quant.per_token_cast_back(q8t, "bf16", 256),
+            lambda: cast.cast_back(q8t, "bf16", (1, 256)),
+        ),
+        (
+            "cast_back-block",
+            lambda: quant.cast_back(qb, "bf16", (128, 128)),
+            lambda: cast.cast_back(qb, "bf16", (128, 128)),
+        ),
+        (
+            "cast_back-e2m1",
+            lambda: quant.cast_back(q4, "bf16", (1, 32)),
+            lambda: cast.cast_back(q4, "bf16", (1, 32)),
+        ),
+        (
+            "swiglu-weighted-clamped",
+            lambda: quant.swiglu_forward_and_per_token_cast(
+                gate, "e4m3", 128, ptt, w, round_sf=True, swiglu_clamp_value=0.5
+            ),
+            lambda: cast.cast(
+                tk("swiglu").swiglu_forward(gate, ptt, w, 0.5), "e4m3", (1, 128), round_sf=True
+            ),
+        ),
+        (
+            "top2_sum_gate-indices",
+            lambda: moe.top2_sum_gate(*router)[0],
+            lambda: topk.top2_sum_gate(*router)[0],
+        ),
+        ("topk_gate-ties", lambda: moe.topk_gate(ties, 8), lambda: topk.stable_topk(ties, 8)),
+        (
+            "reduce_fused",
+            lambda: moe.reduce_fused(y, rw, pos),
+            lambda: tk("reduce_fused").reduce_fused(y, rw, pos),
+        ),
+        (
+            "batched_transpose",
+            lambda: compat.transpose.batched_transpose(sink),
+            lambda: sink.transpose(1, 2).contiguous(),
+        ),
+    ]
+
+
+N_TK_CASES = 13  # (parametrized by index: the cases need TileKernels, imported lazily)
+
+
+@pytest.mark.parametrize("index", range(N_TK_CASES))
+def test_result_is_tilekernels(references, index):
+    """Bit-exact where TileKernels' tests compare exactly (and ours are: README)."""
+    cases = _tk_cases()
+    assert len(cases) == N_TK_CASES
+    name, ours, theirs = cases[index]
+    for a, b in zip(_flat(ours()), _flat(theirs()), strict=True):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), name
+        assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)), name
+
+
+def test_within_tilekernels_bounds(references):
+    """top2_sum_gate's weights (`torch.allclose`, its test's bound) and sinkhorn
+    (`assert_close` defaults, its test's)."""
+    g = torch.Generator().manual_seed(8)
+    logits, bias = torch.randn(129, 256, generator=g), torch.randn(256, generator=g)
+    router = (logits, bias, 6, 3, 8, False, 0, 2.5, 0, 1, 0, 1, "sigmoid")
+    assert torch.allclose(moe.top2_sum_gate(*router)[1], tk("topk").top2_sum_gate(*router)[1])
+    x = torch.randn(7, 8, 8, generator=g)
+    ref = tk("mhc").sinkhorn_normalize_ref
+    torch.testing.assert_close(ops.sinkhorn_normalize(x, 20), ref(x, 20))
+
+
+# --- (c) options not served: one line, naming the argument -------------------------------------
+# (call, "func: arg=value", the message's rest after "is not served yet")
+
+NOT_SERVED = [
+    (
+        lambda: quant.per_token_cast(X, "e5m6", 128),
+        "per_token_cast: fmt='e5m6'",
+        " (served: 'e4m3', 'e2m1')",
+    ),
+    (
+        lambda: quant.per_token_cast(X, "e4m3", 64),
+        "per_token_cast: num_per_channels=64",
+        " (served: 128, hidden=256)",
+    ),
+    (
+        lambda: quant.per_token_cast(X, "e4m3", 128, (1, 128)),
+        "per_token_cast: x_block_size=(1, 128)",
+        " (served: None)",
+    ),
+    (
+        lambda: quant.per_token_cast(X, "e4m3", 128, use_tma_aligned_col_major_sf=True),
+        "per_token_cast: use_tma_aligned_col_major_sf=True",
+        " (served: False)",
+    ),
+    (
+        lambda: quant.per_token_cast(X, "e4m3", 128, use_packed_ue8m0=True),
+        "per_token_cast: use_packed_ue8m0=True",
+        " (served: False)",
+    ),
+    (
+        lambda: quant.per_token_cast(X, "e2m1", 32),
+        "per_token_cast: round_sf=False",
+        " with fmt='e2m1' (served: True)",
+    ),
+    (
+        lambda: quant.per_token_cast(X, "e2m1", 128, round_sf=True),
+        "per_token_cast: num_per_channels=128",
+        " with fmt='e2m1' (served: 16, 32)",
+    ),
+    (
+        lambda: quant.per_block_cast(X, "e4m3", (64, 64)),
+        "per_block_cast: block_size=(64, 64)",
+        " (served: (128, 128))",
+    ),
+    (
+        lambda: quant.per_block_cast(X, "e2m1", (128, 128)),
+        "per_block_cast: fmt='e2m1'",
+        " (served: 'e4m3')",
+    ),
+    (
+        lambda: quant.per_block_cast(X, "e4m3", (128, 128), True),
+        "per_block_cast: use_tma_aligned_col_major_sf=True",
+        " (served: False)",
+    ),
+    (
+        lambda: quant.cast_back((Q8, S_G128), "fp16", (1, 128)),
+        "cast_back: fmt='fp16'",
+        " (served: 'bf16', 'fp32')",
+    ),
+    (
+        lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 64)),
+        "cast_back: x_block_size=(1, 64)",
+        " (served: (1, 128), (128, 128), (1, hidden=256))",
+    ),
+    (
+        lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 128), "e5m6"),
+        "cast_back: x_special_fmt='e5m6'",
+        " (served: None)",
+    ),
+    (
+        lambda: quant.cast_back((Q4.view(torch.int8), S4), "bf16", (1, 64)),
+        "cast_back: x_block_size=(1, 64)",
+        " with e2m1 data (served: (1, 16), (1, 32))",
+    ),
+    (
+        lambda: quant.cast_back((Q4.view(torch.int8), E4.view(I32)), "bf16", (1, 32)),
+        "cast_back: x[1].dtype=torch.int32",
+        " with e2m1 data (served: torch.float32)",
+    ),
+    (
+        lambda: quant.per_token_cast_back((Q8, S_G128), "bf16", 64),
+        "per_token_cast_back: num_per_channels=64",
+        " (served: 128, hidden=256)",
+    ),
+    (
+        lambda: quant.swiglu_forward_and_per_token_cast(GATE, "e4m3", 256),
+        "swiglu_forward_and_per_token_cast: num_per_channels=256",
+        " (served: 128)",
+    ),
+    (
+        lambda: quant.swiglu_forward_and_per_token_cast(GATE, "e4m3", 128, pos_to_expert=PTT),
+        "swiglu_forward_and_per_token_cast: pos_to_expert=<tensor (8,) int32>",
+        " (served: None)",
+    ),
+    (
+        lambda: quant.swiglu_forward_and_per_token_cast(GATE, "e4m3", 128, clamped_count=PTT),
+        "swiglu_forward_and_per_token_cast: clamped_count=<tensor (8,) int32>",
+        " (served: None)",
+    ),
+    (
+        lambda: quant.swiglu_forward_and_per_token_cast(GATE, "e4m3", 128, sf_clamp_min=1e-6),
+        "swiglu_forward_and_per_token_cast: sf_clamp_min=1e-06",
+        " (served: None)",
+    ),
+    (
+        lambda: moe.top2_sum_gate(LOGITS, BIAS, 6, 4, 8, False, 1, 2.5, 0, 4, 1, 2, "softmax"),
+        "top2_sum_gate: scoring_func='softmax'",
+        " (served: 'sigmoid')",
+    ),
+    (
+        lambda: moe.top2_sum_gate(
+            LOGITS, BIAS, 6, 4, 8, False, 0, 1.0, 0, 1, 0, 1, "sigmoid", mask=PTT > 0
+        ),
+        "top2_sum_gate: mask=<tensor (8,) bool>",
+        " (served: None)",
+    ),
+    (
+        lambda: moe.top2_sum_gate(
+            LOGITS, BIAS, 6, 4, 8, False, 0, 1.0, 0, 1, 0, 1, "sigmoid", to_physical_map=PTT
+        ),
+        "top2_sum_gate: to_physical_map=<tensor (8,) int32>",
+        " (served: None)",
+    ),
+    (
+        lambda: moe.reduce_fused((Y, S_TOK), None, POS),
+        "reduce_fused: x=(<tensor (16, 256) bfloat16>, <tensor (8, 1) float32>)",
+        " (served: a tensor, without per-row scales)",
+    ),
+    (
+        lambda: moe.reduce_fused(Y, None, POS, "e4m3"),
+        "reduce_fused: fp8_format='e4m3'",
+        " (served: '')",
+    ),
+    (
+        lambda: moe.reduce_fused(Y, None, POS, sf=S_TOK[0]),
+        "reduce_fused: sf=<tensor (1,) float32>",
+        " (served: None)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "head", "tail"), NOT_SERVED, ids=[c[1] for c in NOT_SERVED])
+def test_option_not_served_is_one_line(fake, cpu_as_cuda, call, head, tail):
+    with pytest.raises(NotImplementedError) as info:
+        call()
+    assert str(info.value) == f"tileaot.tile_kernels.{head} is not served yet{tail}"
+    assert not fake.launches
+
+
+def test_tileaot_imports_without_the_compat_module():
+    """`import tileaot` stays torch-free: the compat package is imported only by name."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tileaot; print('tileaot.tile_kernels' in sys.modules, 'torch' in sys.modules)"
+    )
+    env_path = str(importlib.import_module("tileaot").__file__).rsplit("/tileaot/", 1)[0]
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": env_path, "PATH": ""},
+    )
+    assert out.stdout.split() == ["False", "False"]
