@@ -8,14 +8,18 @@ each test; the golden launch record (tests/test_golden_launches.py) checks that 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 
 def check_launch(launch: Any, schema: Any, **tensors: Any) -> dict[str, int]:
     """Assert that `launch` (a recorded `_fakes.Launch`) passes `tensors` in `schema`'s kernel
-    order: each by its schema name, a tensor (its data pointer and shape), or for a scratch
-    tensor its shape alone (the workspace places it). Optional tensors left out are absent from
-    the launch. Returns the scratch tensors' pointers by name, for checks of their placement."""
+    order (an `OpSchema`, or the name of a kernel op whose module tileaot.<op> holds it): each
+    by its schema name, a tensor (its data pointer and shape), or for a scratch tensor its shape
+    alone (the workspace places it). Optional tensors left out are absent from the launch.
+    Returns the scratch tensors' pointers by name, for checks of their placement."""
+    if isinstance(schema, str):
+        schema = importlib.import_module(f"tileaot.{schema}").SCHEMA
     names = [t.name for t in schema.tensors if t.name in tensors]
     unknown = set(tensors) - {t.name for t in schema.tensors}
     assert not unknown, f"{schema.op} has no tensor {sorted(unknown)}"

@@ -395,7 +395,7 @@ def test_per_token_cast_out(fake, cpu_as_cuda):
     out = (t(2, 128).to(F8), t(2, 1, dtype=torch.float32))
     q, scale = cast(x, out=out)
     assert q is out[0] and scale is out[1]
-    assert fake.launches[0].ptrs == (x.data_ptr(), out[0].data_ptr(), out[1].data_ptr())
+    check_launch(fake.launches[0], "per_token_cast_fp8", x=x, q=out[0], scale=out[1])
     assert fake.lookups == [("per_token_cast_fp8", "fp32,g128")]
 
 
