@@ -11,6 +11,9 @@ Writes, deterministic and write-if-different:
   OUT/src/<variant>.<hash12>.hip   device source; identical sources of several archs share one
   OUT/manifest.json                one row per (variant, arch): source, code object, kernels
                                    with launch facts, or "error"
+  OUT/workspace.cpp                the C ABI's `tileaot_workspace_size` for the ops with a
+                                   lowered row, from their schemas, as the CUDA build writes it
+                                   (build_tools/emit_ops_hpp.py): a HIP library compiles it in
 and, when `hipcc` is found (or --compile always), OUT/co/<variant>.<hash12>.<arch>.hsaco code
 objects for hipModuleLoadData (cpp/runtime/hip_driver.h). See docs/HIP.md.
 """
@@ -31,9 +34,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 from build_tools import work_queue
+from build_tools.emit_ops_hpp import emit_workspace_cpp
 from build_tools.fsutil import write_if_different
 from build_tools.matrix import VariantPoint, enumerate_variants, parse_ops
 from build_tools.progress import Progress
+from build_tools.schema_check import schemas_of
 from build_tools.specs import load_specs
 from kernels_py.spec import DEFAULT_ARCHS
 
@@ -169,7 +174,8 @@ def _row(point: VariantPoint, arch: str, result: dict, sources: dict) -> dict:
 
 
 def write_hip(out: Path, points, archs, ops, results: dict, tilelang_version: str) -> dict:
-    """Write OUT/src/*.hip and OUT/manifest.json from lowering results; returns the manifest."""
+    """Write OUT/src/*.hip, OUT/manifest.json and OUT/workspace.cpp from lowering results;
+    returns the manifest."""
     sources: dict[str, tuple[str, str]] = {}  # digest → (path, text); first variant names it
     rows = [_row(p, a, results[(p.name, a)], sources) for p in points for a in archs]
     rows.sort(key=lambda r: (r["op"], r["key"], r["name"], r["arch"]))
@@ -188,6 +194,8 @@ def write_hip(out: Path, points, archs, ops, results: dict, tilelang_version: st
         "variants": rows,
     }
     write_if_different(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    lowered = {r["op"] for r in rows if "error" not in r}
+    write_if_different(out / "workspace.cpp", emit_workspace_cpp(schemas_of(points, lowered)))
     return manifest
 
 

@@ -38,6 +38,13 @@ def schema_for(spec: Any) -> Any | None:
     return spec.extra.get("schema") or schema_of(spec.op)
 
 
+def schemas_of(points: list, ops: set[str]) -> list:
+    """The schemas of `ops` (by name), from the variants `points`, sorted by op; ops without
+    one are left out. What a build's generated C++ (ops.hpp, workspace.cpp) is written from."""
+    specs = {p.spec.op: p.spec for p in points}
+    return [x for x in (schema_for(specs[op]) for op in sorted(ops)) if x]
+
+
 def check_all(points: list, traced: dict) -> list[str]:
     """Check every traced (variant, arch) whose op has a schema; SystemExit on a mismatch.
     Returns the ops that have no schema (not checked)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -117,6 +118,41 @@ def test_compile_step_is_skipped_without_hipcc(emitted):
     (out, proc), _ = emitted
     assert "hipcc not found" in proc.stderr
     assert not (out / "co").exists()
+
+
+def _syntax_ok(source: Path) -> None:
+    """`source` compiles as part of the runtime (its headers), with the host compiler."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    flags = ["-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror"]
+    flags += [f"-I{ROOT}/cpp/include", f"-I{ROOT}/cpp/runtime"]
+    proc = subprocess.run([cxx, *flags, str(source)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_workspace_cpp_is_written_for_the_lowered_ops(emitted):
+    (out, _), _ = emitted
+    text = (out / "workspace.cpp").read_text()
+    assert 'extern "C" int tileaot_workspace_size(' in text  # neither op has scratch: no case
+    assert "strcmp(op," not in text
+    _syntax_ok(out / "workspace.cpp")
+
+
+@pytest.mark.parametrize("lowers", [True, False])
+def test_workspace_cpp_sizes_the_scratch_of_an_op_only_if_it_lowered(tmp_path, lowers):
+    """moe_expand has scratch (no HIP lowering of it succeeds with TileLang 0.1.15: stand-in
+    results here): its case in workspace.cpp, as in the CUDA build's, only with a lowered row."""
+    archs = ("gfx942",)
+    points = hip.hip_points("kernels_py", ("moe_expand*",))
+    ok = {"signature": "", "source": "// stand-in\n", "kernels": []}
+    results = {(p.name, archs[0]): {"error": "E: no"} for p in points}
+    if lowers:
+        results[(points[0].name, archs[0])] = ok
+    hip.write_hip(tmp_path, points, archs, ("moe_expand*",), results, "0.1.15")
+    text = (tmp_path / "workspace.cpp").read_text()
+    assert ('std::strcmp(op, "moe_expand") == 0' in text) is lowers
+    _syntax_ok(tmp_path / "workspace.cpp")
 
 
 def test_hipcc_command_line():

@@ -34,10 +34,12 @@ from _fakes import (  # noqa: E402, F401  (also puts python/ on sys.path in a so
     t,
     tileaot,
 )
+from _kernel_args import check_launch  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
 _lib = importlib.import_module("tileaot._lib")
+RMS_NORM = importlib.import_module("tileaot.rms_norm").SCHEMA
 PKG_PARENT = str(Path(tileaot.__file__).resolve().parent.parent)
 
 
@@ -306,12 +308,10 @@ def test_rms_norm_launch_arguments(fake, cpu_as_cuda):
     y = rms(x, w, 1e-5)
     assert y.shape == x.shape and y.dtype == torch.bfloat16
     assert fake.lookups == [("rms_norm", "bf16")]
-    assert fake.launches == [
-        Launch(
-            1001, 0, STREAM, (x.data_ptr(), w.data_ptr(), y.data_ptr()), (6, 64, 64, 6, 64), (1e-5,)
-        )
-    ]
-    launch = fake.launches[0]
+    (launch,) = fake.launches
+    check_launch(launch, RMS_NORM, x=x.view(6, 64), weight=w, y=y.view(6, 64))  # leading dims: M
+    assert (launch.handle, launch.stream, launch.scalars) == (1001, STREAM, (1e-5,))
+    assert launch.device == 0
     assert all(type(v) is int for v in (launch.handle, *launch.ptrs, *launch.shapes))
     assert type(launch.scalars[0]) is float
 
@@ -331,7 +331,7 @@ def test_rms_norm_out(fake, cpu_as_cuda):
         t(4, 64, dtype=torch.float16),
     )
     assert rms(x, w, out=out) is out
-    assert fake.launches[0].ptrs == (x.data_ptr(), w.data_ptr(), out.data_ptr())
+    check_launch(fake.launches[0], RMS_NORM, x=x, weight=w, y=out)
     assert fake.lookups == [("rms_norm", "fp16")]
 
 
@@ -395,7 +395,7 @@ def test_per_token_cast_out(fake, cpu_as_cuda):
     out = (t(2, 128).to(F8), t(2, 1, dtype=torch.float32))
     q, scale = cast(x, out=out)
     assert q is out[0] and scale is out[1]
-    assert fake.launches[0].ptrs == (x.data_ptr(), out[0].data_ptr(), out[1].data_ptr())
+    check_launch(fake.launches[0], "per_token_cast_fp8", x=x, q=out[0], scale=out[1])
     assert fake.lookups == [("per_token_cast_fp8", "fp32,g128")]
 
 

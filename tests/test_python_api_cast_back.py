@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, t  # noqa: E402, F401
+from _kernel_args import check_launch  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -289,7 +290,7 @@ def test_ambiguous_shape_takes_the_explicit_layout(fake, cpu_as_cuda):
 def test_out(fake, cpu_as_cuda):
     q, scale, out = q8(130, 257), s32(2, 3), s32(130, 257)
     assert cast_back(q, scale, out_dtype=F32, out=out) is out
-    assert fake.launches[0].ptrs == (q.data_ptr(), scale.data_ptr(), out.data_ptr())
+    check_launch(fake.launches[0], "cast_back_fp8", q=q, scale=scale, x=out)
     assert fake.lookups == [("cast_back_fp8", "fp32,block128")]
 
 

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, t  # noqa: E402, F401
+from _kernel_args import check_launch  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -228,7 +229,7 @@ def test_cast_defaults_leading_dims_and_out(fake, cpu_as_cuda):
     out = cast_outs(6, 64, 16, E4M3)
     q2, s2 = cast(x.view(6, 64), 16, "e4m3", out=out)
     assert q2 is out[0] and s2 is out[1]
-    assert fake.launches[1].ptrs == (x.data_ptr(), out[0].data_ptr(), out[1].data_ptr())
+    check_launch(fake.launches[1], "per_token_cast_fp4", x=x.view(6, 64), q=out[0], scale=out[1])
     assert fake.lookups == [
         ("per_token_cast_fp4", "bf16,g32,ue8m0"),
         ("per_token_cast_fp4", "bf16,g16,e4m3"),

@@ -3,16 +3,21 @@ arguments, empty inputs, `out=`. No GPU and no native module (see tests/_fakes.p
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, t, tileaot  # noqa: E402, F401
+from _kernel_args import check_launch  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
 F8, I32, F32, BF16 = torch.float8_e4m3fn, torch.int32, torch.float32, torch.bfloat16
 expand, reduce_ = tileaot.moe_expand, tileaot.moe_reduce
+MOE_EXPAND = importlib.import_module("tileaot.moe_expand").SCHEMA
+MOE_REDUCE = importlib.import_module("tileaot.moe_reduce").SCHEMA
 
 
 def idx(tokens: int, slots: int) -> torch.Tensor:
@@ -308,13 +313,14 @@ def test_expand_bf16_launch_arguments(fake, cpu_as_cuda, e, align):
     assert scale is None
     assert fake.lookups == [("moe_expand", "bf16")]
     (launch,) = fake.launches
-    assert launch.ptrs[:5] == (x.data_ptr(), i.data_ptr(), xs.data_ptr(), offsets.data_ptr(),
-                               pos.data_ptr())  # fmt: skip
+    at = check_launch(
+        launch, MOE_EXPAND, x=x, idx=i, x_sorted=xs, expert_offsets=offsets, token_pos=pos,
+        chunk_counts=(1, e), expert_counts=(e,), work=(24,),
+    )  # fmt: skip
     # One chunk of counts, then the totals, then the work list, each on a 16-byte boundary.
-    assert launch.ptrs[6] - launch.ptrs[5] == -(-e // 4) * 16
-    assert launch.ptrs[7] - launch.ptrs[6] == -(-e // 4) * 16
-    assert all(p % 16 == 0 for p in launch.ptrs[5:8])
-    assert launch.shapes == (6, 256, 6, 4, rows, 256, e + 1, 6, 4, 1, e, e, 24)
+    assert at["expert_counts"] - at["chunk_counts"] == -(-e // 4) * 16
+    assert at["work"] - at["expert_counts"] == -(-e // 4) * 16
+    assert all(p % 16 == 0 for p in at.values())
     assert (launch.handle, launch.device, launch.stream, launch.scalars) == (
         1001,
         0,
@@ -333,20 +339,25 @@ def test_expand_fp8_launch_arguments(fake, cpu_as_cuda):
     assert result.x_sorted_scale is xs_scale and result.token_pos is pos
     assert fake.lookups == [("moe_expand", "e4m3")]
     (launch,) = fake.launches
-    assert launch.ptrs[:7] == tuple(v.data_ptr() for v in (x, s, i, xs, xs_scale, offsets, pos))
-    assert launch.ptrs[8] - launch.ptrs[7] == 3 * 64 * 4
-    assert launch.ptrs[9] - launch.ptrs[8] == 64 * 4
-    assert launch.shapes == (
-        (3, 384, 3, 3, 3, 1000, rows, 384, rows, 3, 65, 3, 1000, 3, 64, 64, 3000)
-    )
+    at = check_launch(
+        launch, MOE_EXPAND, x=x, x_scale=s, idx=i, x_sorted=xs, x_sorted_scale=xs_scale,
+        expert_offsets=offsets, token_pos=pos, chunk_counts=(3, 64), expert_counts=(64,),
+        work=(3000,),
+    )  # fmt: skip
+    assert at["expert_counts"] - at["chunk_counts"] == 3 * 64 * 4
+    assert at["work"] - at["expert_counts"] == 64 * 4
     assert launch.scalars == (128,)
 
 
 def test_expand_out_tuple_is_written(fake, cpu_as_cuda):
     out = expand_out(8 + 4 * 15, 64, 4, 4, 2)
-    result = expand(t(4, 64), idx(4, 2), 4, out=out)
+    x, i = t(4, 64), idx(4, 2)
+    result = expand(x, i, 4, out=out)
     assert all(r is o for r, o in zip(result[:3], out, strict=True)) and result[3] is None
-    assert fake.launches[0].ptrs[2:5] == tuple(o.data_ptr() for o in out)
+    check_launch(
+        fake.launches[0], MOE_EXPAND, x=x, idx=i, x_sorted=out[0], expert_offsets=out[1],
+        token_pos=out[2], chunk_counts=(1, 4), expert_counts=(4,), work=(8,),
+    )  # fmt: skip
     out8 = expand_out(8, 256, 4, 4, 2, scale_cols=2)
     result = expand(fp8(4, 256), idx(4, 2), 4, 1, x_scale=t(4, 2, dtype=F32), out=list(out8))
     assert all(r is o for r, o in zip(result, out8, strict=True))
@@ -394,12 +405,8 @@ def test_reduce_launch_arguments(fake, cpu_as_cuda, y_dtype, out_dtype, weighted
     assert (out.shape, out.dtype) == ((5, 96), out_dtype or y_dtype)
     assert fake.lookups == [("moe_reduce", key)]
     (launch,) = fake.launches
-    if weighted:
-        assert launch.ptrs == (y.data_ptr(), pos.data_ptr(), w.data_ptr(), out.data_ptr())
-        assert launch.shapes == (40, 96, 5, 3, 5, 3, 5, 96)
-    else:
-        assert launch.ptrs == (y.data_ptr(), pos.data_ptr(), out.data_ptr())
-        assert launch.shapes == (40, 96, 5, 3, 5, 96)
+    weights = {"weights": w} if weighted else {}  # left out of the launch without
+    check_launch(launch, MOE_REDUCE, y_sorted=y, token_pos=pos, out=out, **weights)
     assert (launch.handle, launch.device, launch.stream, launch.scalars) == (1001, 0, STREAM, ())
 
 

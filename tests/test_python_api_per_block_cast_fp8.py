@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, t  # noqa: E402, F401
+from _kernel_args import check_launch  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -163,7 +164,7 @@ def test_out(fake, cpu_as_cuda):
     out = pair(130, 257, (2, 3))
     q, scale = cast(x, out=out)
     assert q is out[0] and scale is out[1]
-    assert fake.launches[0].ptrs == (x.data_ptr(), out[0].data_ptr(), out[1].data_ptr())
+    check_launch(fake.launches[0], "per_block_cast_fp8", x=x, q=out[0], scale=out[1])
     q, scale = cast(x, out=list(out))  # a list is fine too
     assert q is out[0]
 

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, t, tileaot  # noqa: E402, F401
+from _kernel_args import check_launch  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -194,7 +195,7 @@ def test_backward_launch_arguments_and_out(fake, cpu_as_cuda):
 def test_forward_out(fake, cpu_as_cuda):
     x, out = L(3, 4, 4), L(3, 4, 4)
     assert sk(x, out=out) is out
-    assert fake.launches[0].ptrs == (x.data_ptr(), out.data_ptr())
+    check_launch(fake.launches[0], "sinkhorn_normalize", logits=x, out=out)
     assert fake.launches[0].scalars == (10, 1e-6)  # the defaults
 
 

@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, t, tileaot  # noqa: E402, F401
+from _kernel_args import check_launch  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -285,7 +286,7 @@ def test_swiglu_launch_arguments(fake, cpu_as_cuda, dtype, key):
 def test_swiglu_out(fake, cpu_as_cuda):
     x, out = t(4, 256, dtype=F16), t(4, 128, dtype=F16)
     assert swiglu(x, out=out) is out
-    assert fake.launches[0].ptrs == (x.data_ptr(), out.data_ptr())
+    check_launch(fake.launches[0], "swiglu", x=x, y=out)
     swiglu(x, out=out)
     assert fake.lookups == [("swiglu", "fp16")]  # the handle is looked up once
 
@@ -319,7 +320,7 @@ def test_fused_out_and_keywords(fake, cpu_as_cuda):
     out = fp8_out(2, 256)
     q, scale = fused(x, weights=w, clamp=torch.tensor(3.0).numpy()[()], out=out)
     assert q is out[0] and scale is out[1]
-    assert fake.launches[0].ptrs == (x.data_ptr(), w.data_ptr(), q.data_ptr(), scale.data_ptr())
+    check_launch(fake.launches[0], "swiglu_per_token_cast_fp8", x=x, weights=w, q=q, scale=scale)
     assert fake.launches[0].scalars == (3.0, 1.0, 0.0)
     with pytest.raises(TypeError, match="round_sf must be True or False; got int"):
         fused(x, w, round_sf=1)

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, t  # noqa: E402, F401
+from _kernel_args import check_launch  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -194,7 +195,7 @@ def test_out(fake, cpu_as_cuda):
     x, out = s(5, 64), outs(5, 8)
     idx, w = topk_gate(x, 8, out=out)
     assert idx is out[0] and w is out[1]
-    assert fake.launches[0].ptrs == (x.data_ptr(), out[0].data_ptr(), out[1].data_ptr())
+    check_launch(fake.launches[0], "topk_gate", scores=x, idx=out[0], weights=out[1])
 
 
 def test_out_as_list(fake, cpu_as_cuda):

@@ -351,11 +351,12 @@ def test_unknown_keyword_in_compiled_code_is_a_type_error(fake, cpu_as_cuda):
 
 
 def test_a_torch_without_substitution_only_warns(monkeypatch):
-    substitute = importlib.import_module("tileaot.torch_ops._substitute")
+    from tileaot import _schema_torch
+
     monkeypatch.setattr(torch.compiler, "substitute_in_graph", None, raising=False)
     specs = (SPECS["rms_norm"], SPECS["gemm"])
     with pytest.warns(UserWarning, match=r"rms_norm, gemm: NotImplementedError: .*torch >= 2.5"):
-        substitute.substitute_wrappers(specs)
+        _schema_torch.substitute("tileaot", specs)
 
 
 def test_registering_again_does_nothing():

@@ -13,12 +13,12 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import torch
 
+from .._schema_torch import OpSpec, schema_fake
 from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
@@ -36,21 +36,6 @@ from ..swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from ..top2_sum_gate import top2_sum_gate
 from ..topk_gate import topk_gate
 from ..transpose import transpose
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    fn: Callable[..., Any]  # the public function; the torch op takes its name
-    args: str  # schema arguments, e.g. "Tensor x, Tensor weight, float eps=1e-06"
-    outs: tuple[str, ...]  # output names (the `_out` op's arguments); "name?" may be None
-    fake: Callable[..., Any]  # (*args) -> the outputs' empty stand-ins
-    fixed: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    dense: tuple[str, ...] = ()  # arguments made contiguous and aligned first (gradients)
-
-    @property
-    def name(self) -> str:
-        return self.fn.__name__
-
 
 # Annotations of the public functions -> torch schema types (`from __future__ import
 # annotations` keeps them as the text written in the def).
@@ -87,23 +72,10 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
     """The `OpSpec` of public function `fn` whose module has a `SCHEMA` (tileaot/_schema.py):
     arguments from the function, outputs and fake from the schema."""
     schema = sys.modules[fn.__module__].SCHEMA
-    params = inspect.signature(fn).parameters.values()
-    defaults = {p.name: p.default for p in params if p.default is not p.empty}
-    names = [p.name for p in params]
-
-    def fake(*args: Any) -> Any:
-        given = {**defaults, **dict(zip(names, args, strict=False))}
-        serving, key = schema, None
-        if schema.key_of is not None:  # the key picks sizes/dtypes (or the schema) of the outputs
-            key = schema.key_of(given)
-            if isinstance(key, tuple):
-                serving, key = key
-        tensors = {t.api: given.get(t.api) for t in serving.inputs}
-        outs = serving.fake(tensors, torch, key, given)
-        return outs[0] if len(outs) == 1 else outs
-
     fixed = extra.get("fixed", {})
-    return OpSpec(fn, _schema_args(fn, fixed), schema.torch_outs(), fake, **extra)
+    return OpSpec(
+        fn, _schema_args(fn, fixed), schema.torch_outs(), schema_fake(schema, fn), **extra
+    )
 
 
 def _engram_gate(h, k, v, w_h, w_k, eps):
