@@ -207,14 +207,26 @@ def swiglu_per_token_cast_fp8(d: Draw) -> Call:
 
 # ---------------------------------------------------------------- casts
 def per_token_cast_fp8(d: Draw) -> Call:
-    dt, mode = d.pick(FLOATS), d.pick(["g128", "none", "n"])
+    return _per_token_cast_fp8(d, ["g128", "none", "n"])
+
+
+def per_token_cast_fp8_groups(d: Draw) -> Call:
+    """The narrower groups, apart so that per_token_cast_fp8's seeded calls stay as recorded."""
+    return _per_token_cast_fp8(d, ["g32", "g64"])
+
+
+def _per_token_cast_fp8(d: Draw, modes: list[str]) -> Call:
+    dt, mode = d.pick(FLOATS), d.pick(modes)
+    grouped = mode[0] == "g"
     m = d.size(40)
-    n = d.size(3, step=128) if mode == "g128" else d.size(300)
-    group = {"g128": 128, "none": None, "n": n}[mode]
-    groups = n // 128 if group == 128 else 1
+    n = d.size(3 * 128 // int(mode[1:]), step=int(mode[1:])) if grouped else d.size(300)
+    group = int(mode[1:]) if grouped else {"none": None, "n": n}[mode]
+    groups = n // group if grouped else 1
     x = d.randn((m, n), dt, 10.0)
     round_sf = d.flag()
-    bad_groups = [g for g in (64, 0, 256, -128, 1) if g not in (128, n)]
+    # Widths other than 32, 64, 128 and N (48 stands in for 64 where 64 divides N: the same
+    # list length keeps the seeded draws where they were).
+    bad_groups = [g for g in (64 if n % 64 else 48, 0, 256, -128, 1) if g not in (group, n)]
     c = Call(
         {"x": x, "group_size": group, "round_sf": round_sf},
         [((m, n), E4M3), ((m, groups), FP32)],
@@ -222,12 +234,12 @@ def per_token_cast_fp8(d: Draw) -> Call:
         bad={"group_size": [*bad_groups, "128", 128.0, True], "round_sf": [0, "True"]},
     )
     out = d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", (m, groups), FP32)])
-    # q has x's shape, and g128 needs N % 128 == 0; but with group_size=N a changed N is
+    # q has x's shape, and a group needs N % group == 0; but with group_size=N a changed N is
     # group_size's error.
     if out:
         x_bound = (0,) if mode == "n" else (0, 1)
     else:
-        x_bound = (1,) if mode == "g128" else ()
+        x_bound = (1,) if grouped else ()
     c.slot(("x",), "x", FLOATS, x_bound)
 
     def check(result: Any) -> None:  # bit-exact (tests/test_gpu.py)
@@ -699,8 +711,8 @@ NEEDS = {
     "per_token_cast_fp4": "tileaot.per_token_cast_fp4",
 }
 # A builder's name is its public op and the op of its kernels, except:
-PUBLIC_OP = {"cast_back_fp4": "cast_back"}
-NATIVE_OP = {"cast_back": "cast_back_fp8"}
+PUBLIC_OP = {"cast_back_fp4": "cast_back", "per_token_cast_fp8_groups": "per_token_cast_fp8"}
+NATIVE_OP = {"cast_back": "cast_back_fp8", "per_token_cast_fp8_groups": "per_token_cast_fp8"}
 
 BUILDERS = {
     f.__name__: f
@@ -710,6 +722,7 @@ BUILDERS = {
         swiglu,
         swiglu_per_token_cast_fp8,
         per_token_cast_fp8,
+        per_token_cast_fp8_groups,
         per_block_cast_fp8,
         cast_back,
         cast_back_fp4,

@@ -79,7 +79,7 @@ def test_per_token_cast_fp8_matches_tilekernels(m, dtype, round_sf):
     cast = tk("cast").cast
     for n in _hidden(m):
         x = _inputs(m, n, dtype, seed=m * n)
-        for group in (128, None):  # the kernels' groups: 128 columns and a whole row
+        for group in (32, 64, 128, None):  # the kernels' groups: 32/64/128 columns, a row
             q, s = pt.reference(x, group, round_sf=round_sf)
             q_tk, s_tk = cast(x, "e4m3", (1, group or n), round_sf=round_sf)
             _same(q, q_tk, f"q, N={n}, group={group}")
