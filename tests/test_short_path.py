@@ -137,6 +137,8 @@ CASES = {
         ),
         {2},
     ),
+    "cast_back/g32": (lambda: ((_e4m3(9, 96), _f32(9, 3)), {"out": t(9, 96)}), {2}),
+    "cast_back/g64": (lambda: ((_e4m3(9, 512), _f32(9, 8)), {"out": t(9, 512)}), {2}),
     "cast_back/block128": (
         lambda: ((_e4m3(130, 300), _f32(2, 3)), {"layout": "block128", "out": t(130, 300)}),
         {2},
@@ -275,6 +277,10 @@ def test_swiglu_per_token_cast_fp8_without_weights_is_never_short(module_fake):
         (4, 256, (4, 2), "g128"),
         (1, 300, (1, 3), "block128"),  # rows == M, yet only block128 fits
         (200, 256, (2, 2), "block128"),
+        (4, 256, (4, 8), "g32"),
+        (4, 256, (4, 4), "g64"),
+        (1, 64, (1, 1), "token"),  # g64 and block128 fit too: token comes first
+        (1, 96, (1, 3), "g32"),  # rows == M == 1, block128 would be (1, 1)
     ],
 )
 def test_cast_back_short_path_infers_the_checked_paths_layout(
