@@ -74,7 +74,7 @@ def cast_back(
 ) -> torch.Tensor:
     """Dequantise FP8 (or packed FP4) values: ``x = float(q) * scale``, scale broadcast.
 
-    The inverse of `per_token_cast_fp8` (``group_size=128`` or per token) and
+    The inverse of `per_token_cast_fp8` (``group_size`` 32, 64, 128 or per token) and
     `per_block_cast_fp8`. For FP8 `q` each element is one float32 multiply of the exact E4M3
     value by its scale, rounded once to `out_dtype` (round to nearest even): the result is
     exact, bit for bit, against ``(q.float() * scale_broadcast).to(out_dtype)``.
