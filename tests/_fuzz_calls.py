@@ -207,14 +207,26 @@ def swiglu_per_token_cast_fp8(d: Draw) -> Call:
 
 # ---------------------------------------------------------------- casts
 def per_token_cast_fp8(d: Draw) -> Call:
-    dt, mode = d.pick(FLOATS), d.pick(["g128", "none", "n"])
+    return _per_token_cast_fp8(d, ["g128", "none", "n"])
+
+
+def per_token_cast_fp8_groups(d: Draw) -> Call:
+    """The narrower groups, apart so that per_token_cast_fp8's seeded calls stay as recorded."""
+    return _per_token_cast_fp8(d, ["g32", "g64"])
+
+
+def _per_token_cast_fp8(d: Draw, modes: list[str]) -> Call:
+    dt, mode = d.pick(FLOATS), d.pick(modes)
+    grouped = mode[0] == "g"
     m = d.size(40)
-    n = d.size(3, step=128) if mode == "g128" else d.size(300)
-    group = {"g128": 128, "none": None, "n": n}[mode]
-    groups = n // 128 if group == 128 else 1
+    n = d.size(3 * 128 // int(mode[1:]), step=int(mode[1:])) if grouped else d.size(300)
+    group = int(mode[1:]) if grouped else {"none": None, "n": n}[mode]
+    groups = n // group if grouped else 1
     x = d.randn((m, n), dt, 10.0)
     round_sf = d.flag()
-    bad_groups = [g for g in (64, 0, 256, -128, 1) if g not in (128, n)]
+    # Widths other than 32, 64, 128 and N (48 stands in for 64 where 64 divides N: the same
+    # list length keeps the seeded draws where they were).
+    bad_groups = [g for g in (64 if n % 64 else 48, 0, 256, -128, 1) if g not in (group, n)]
     c = Call(
         {"x": x, "group_size": group, "round_sf": round_sf},
         [((m, n), E4M3), ((m, groups), FP32)],
@@ -222,12 +234,12 @@ def per_token_cast_fp8(d: Draw) -> Call:
         bad={"group_size": [*bad_groups, "128", 128.0, True], "round_sf": [0, "True"]},
     )
     out = d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", (m, groups), FP32)])
-    # q has x's shape, and g128 needs N % 128 == 0; but with group_size=N a changed N is
+    # q has x's shape, and a group needs N % group == 0; but with group_size=N a changed N is
     # group_size's error.
     if out:
         x_bound = (0,) if mode == "n" else (0, 1)
     else:
-        x_bound = (1,) if mode == "g128" else ()
+        x_bound = (1,) if grouped else ()
     c.slot(("x",), "x", FLOATS, x_bound)
 
     def check(result: Any) -> None:  # bit-exact (tests/test_gpu.py)
@@ -256,22 +268,34 @@ def per_block_cast_fp8(d: Draw) -> Call:
 
 
 def _scale_shape(layout: str, m: int, n: int) -> tuple[int, int]:
-    shapes = {"g128": (m, n // 128), "token": (m, 1), "block128": (-(-m // 128), -(-n // 128))}
-    return shapes[layout]
+    if layout[0] == "g":
+        return (m, n // int(layout[1:]))
+    return {"token": (m, 1), "block128": (-(-m // 128), -(-n // 128))}[layout]
 
 
 def cast_back(d: Draw) -> Call:
     """FP8 q; the layout is passed or inferred, group_size passed or not."""
-    layout = d.pick(["g128", "token", "block128"])
+    return _cast_back(d, ["g128", "token", "block128"])
+
+
+def cast_back_groups(d: Draw) -> Call:
+    """The narrower groups, apart so that cast_back's seeded calls stay as recorded."""
+    return _cast_back(d, ["g32", "g64"])
+
+
+def _cast_back(d: Draw, layouts: list[str]) -> Call:
+    layout = d.pick(layouts)
+    width = int(layout[1:]) if layout[0] == "g" else 128
     m = d.size(200)
-    n = d.size(3, step=128) if layout == "g128" else d.size(200)
+    n = d.size(3 * 128 // width, step=width) if layout[0] == "g" else d.size(200)
     q = d.randn((m, n), FP32, 50.0).to(E4M3)
     scale = d.randn(_scale_shape(layout, m, n), FP32).abs() + 0.5
     given = d.flag()
-    group = d.pick([None, n if layout == "token" else 128])
+    group = d.pick([None, n if layout == "token" else width])
     out_dtype = d.pick([None, BF16, FP32])
     out_dt = out_dtype or BF16
-    bad_groups = [g for g in (64, -1, 0) if g not in (128, n)]
+    # 1000 (never N here) stands where 64 stood before g64, so the seeded draws stay put.
+    bad_groups = [g for g in (64 if n == 64 else 1000, -1, 0) if g not in (width, n)]
     args = {
         "q": q,
         "scale": scale,
@@ -284,7 +308,7 @@ def cast_back(d: Draw) -> Call:
         [((m, n), out_dt)],
         m * n > 0,
         bad={
-            "layout": ["g64", "TOKEN", 128],
+            "layout": ["g16", "TOKEN", 128],
             "group_size": [*bad_groups, "128", 1.5, True],
             "out_dtype": [FP16, "bf16", I32],
         },
@@ -292,7 +316,7 @@ def cast_back(d: Draw) -> Call:
     out = d.outs(c, [("out", (m, n), out_dt)], pair=False)
     # Only a given layout pins the scale's shape (else another layout may fit the new one), and
     # q's dims only where that layout ties them without rounding (block128 rounds).
-    q_bound = {"g128": (0, 1), "token": (0,), "block128": ()}[layout] if given else ()
+    q_bound = {"token": (0,), "block128": ()}.get(layout, (0, 1)) if given else ()
     c.slot(("q",), "q", (E4M3, U8), (0, 1) if out else q_bound)  # uint8: the FP4 path
     c.slot(("scale",), "scale", (FP32,), (0, 1) if given else ())
 
@@ -699,8 +723,16 @@ NEEDS = {
     "per_token_cast_fp4": "tileaot.per_token_cast_fp4",
 }
 # A builder's name is its public op and the op of its kernels, except:
-PUBLIC_OP = {"cast_back_fp4": "cast_back"}
-NATIVE_OP = {"cast_back": "cast_back_fp8"}
+PUBLIC_OP = {
+    "cast_back_fp4": "cast_back",
+    "cast_back_groups": "cast_back",
+    "per_token_cast_fp8_groups": "per_token_cast_fp8",
+}
+NATIVE_OP = {
+    "cast_back": "cast_back_fp8",
+    "cast_back_groups": "cast_back_fp8",
+    "per_token_cast_fp8_groups": "per_token_cast_fp8",
+}
 
 BUILDERS = {
     f.__name__: f
@@ -710,8 +742,10 @@ BUILDERS = {
         swiglu,
         swiglu_per_token_cast_fp8,
         per_token_cast_fp8,
+        per_token_cast_fp8_groups,
         per_block_cast_fp8,
         cast_back,
+        cast_back_groups,
         cast_back_fp4,
         per_token_cast_fp4,
         transpose,

@@ -97,6 +97,11 @@ CAST_SHAPES = [
     (5, 7, None),
     (262_147, 128, 128),
     (4_194_247, 128, 128),  # more 64-row tiles than gridDim.y takes: two launches
+    (37, 7168, 32),
+    (513, 96, 32),  # N not a multiple of 128: 3 groups of 32
+    (1, 4096, 64),
+    (1025, 320, 64),  # 5 groups; row tiles of 128 rows, the last partial
+    (4_194_247, 64, 32),  # past the 65535 * 64 rows of one launch: two launches
 ]
 
 
@@ -116,10 +121,10 @@ def test_per_token_cast_fp8(key, m, n, group, round_sf):
     # sign the cast must keep.
     big = 1e4 if key != "fp16" else 6e4
     x[-1, :6] = torch.tensor([-0.0, 1e-38, -1e-38, 1e-30, -1e-30, big], dtype=dtype)
-    cols = n // 128 if group else 1
+    cols = n // group if group else 1
     q = torch.full((m, n), 0xFF, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
     scale = torch.full((m, cols), float("nan"), device="cuda")
-    mode = "g128" if group else "token"
+    mode = f"g{group}" if group else "token"
     name = _select("per_token_cast_fp8", f"{key},{mode}", [(m, n), (m, n), (m, cols)])
     SEEN.add(name)
     tileaot.per_token_cast_fp8(x, group, round_sf=round_sf, out=(q, scale))

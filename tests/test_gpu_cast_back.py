@@ -27,6 +27,9 @@ SHAPES = {  # layout -> [(M, N)]
     "g128": [(1, 128), (37, 7168), (513, 256), (3, 1152), (300, 4096)],
     "token": [(37, 4096), (19, 1000), (5, 7), (64, 129), (1, 1), (200, 7168)],
     "block128": [(300, 7168), (129, 257), (1, 1), (200, 1000), (1000, 130), (64, 36)],
+    # N % 128 != 0: the last CTA's 128 columns reach past N
+    "g32": [(37, 7168), (513, 96), (3, 1056), (300, 4064)],
+    "g64": [(37, 7168), (129, 320), (1, 192), (64, 4032)],
 }
 CASES = [(lay, m, n) for lay, shapes in SHAPES.items() for m, n in shapes]
 
@@ -45,9 +48,9 @@ def _select(key: str, shapes: list[tuple[int, ...]]) -> str:
 
 
 def _scale_shape(layout: str, m: int, n: int) -> tuple[int, int]:
-    return {"g128": (m, n // 128), "token": (m, 1), "block128": (-(-m // 128), -(-n // 128))}[
-        layout
-    ]
+    if layout[0] == "g":
+        return (m, n // int(layout[1:]))
+    return {"token": (m, 1), "block128": (-(-m // 128), -(-n // 128))}[layout]
 
 
 def _inputs(layout: str, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,10 +108,13 @@ def test_round_trips_through_tileaot_casts():
     for q, s in (
         tileaot.per_token_cast_fp8(x),
         tileaot.per_token_cast_fp8(x, group_size=None),
+        tileaot.per_token_cast_fp8(x, group_size=32),
+        tileaot.per_token_cast_fp8(x, group_size=64),
         tileaot.per_block_cast_fp8(x),
     ):
         back = tileaot.cast_back(q, s, out_dtype=torch.float32)  # layout from s.shape
-        layout = {(300, 56): "g128", (300, 1): "token", (3, 56): "block128"}[tuple(s.shape)]
+        layouts = {(300, 56): "g128", (300, 1): "token", (3, 56): "block128"}
+        layout = {**layouts, (300, 224): "g32", (300, 112): "g64"}[tuple(s.shape)]
         ref = _module().reference(q, s, layout, torch.float32)
         assert torch.equal(back, ref), layout
         assert ((back - x.float()).abs() <= x.float().abs() / 16 + 1e-2).all(), layout
@@ -124,10 +130,11 @@ def test_allocating_call_defaults_to_bf16():
     assert torch.equal(x.view(torch.int16), ref.view(torch.int16))
 
 
-@pytest.mark.parametrize("layout", ["token", "block128"])
+@pytest.mark.parametrize("layout", ["token", "block128", "g32"])
 def test_tall_input_is_split_over_launches(layout):
     rows = importlib.import_module("tileaot.cast_back")._ROWS_PER_LAUNCH
-    m, n = rows + 70, 8  # more row tiles than gridDim.y takes: two launches
+    # more row tiles than gridDim.y takes: two launches
+    m, n = rows + 70, 32 if layout == "g32" else 8
     q, scale = _inputs(layout, m, n)
     x, name = _run(q, scale, "bf16", layout, torch.bfloat16)
     ref = _module().reference(q, scale, layout, torch.bfloat16)

@@ -129,7 +129,7 @@ def test_fp8_dequantised_is_close_and_amax_maps_to_448(dtype, group_size):
 
 
 @pytest.mark.parametrize("round_sf", [False, True])
-@pytest.mark.parametrize("group_size", [128, None])
+@pytest.mark.parametrize("group_size", [32, 64, 128, None])
 def test_fp8_reference_is_tilekernels_multiplier_math(group_size, round_sf):
     """q = RN(x * inv) with inv = RN(448 / amax) (or 1 / scale, scale = the power-of-two
     ceiling of amax / 448), in independent float64 steps (products of two float32 are exact
@@ -196,6 +196,9 @@ def test_supports_and_constraints():
     assert fp8.SPEC.constraints(g128, {}) == {"N": 128}
     assert fp8.SPEC.supports("sm_90a", g128, {"N": 7168})
     assert not fp8.SPEC.supports("sm_90a", token, {"N": 7168})
+    g32, g64 = ({"dtype": "bfloat16", "group": g} for g in ("g32", "g64"))
+    assert fp8.SPEC.constraints(g32, {}) == {"N": 32} and fp8.SPEC.constraints(g64, {}) == {"N": 64}
+    assert not fp8.SPEC.supports("sm_90a", g32, {"N": 7168})  # generic only
 
 
 # --- lowering smoke tests (need tilelang, no GPU) -------------------------------------------
@@ -219,6 +222,21 @@ def test_lower_fp8_uses_saturating_rn_cast_and_ieee_division():
     src = lower_source(func, "sm_80", "fp8_test2")
     # the per-row divisions (3) in each of the vector and scalar paths
     assert src.count("__fdiv_rn") == 6 and ">> (uint)23" in src and "__fmul_rn" in src
+
+
+@needs_tilelang
+@pytest.mark.parametrize("dtype,group,lanes", [("bfloat16", "g32", 4), ("float32", "g64", 16)])
+def test_lower_fp8_narrow_groups_shuffle_inside_the_group(dtype, group, lanes):
+    """g32/g64: the |x| max stays inside a group's lanes (the first xor offset is half of
+    them), the scale column is the group's, and the divisions are per group as for g128."""
+    src = lower_source(fp8.factory(arch="sm_80", dtype=dtype, group=group), "sm_80", "fp8_g")
+    assert f"({lanes} >> (k + 1))" in src and src.count("__fdiv_rn") == 3
+    assert f"(((int64_t)N) >> (int64_t){_log2(int(group[1:]))})" in src  # G = N / group
+    assert "__NV_SATFINITE, __NV_E4M3" in src and "__fmul_rn" in src
+
+
+def _log2(v: int) -> int:
+    return v.bit_length() - 1
 
 
 @needs_tilelang

@@ -32,6 +32,8 @@ def _fp8(m, n):
 def _scale(layout, m, n):
     shape = {
         "g128": (m, n // 128),
+        "g64": (m, n // 64),
+        "g32": (m, n // 32),
         "token": (m, 1),
         "block128": (-(-m // 128), -(-n // 128)),
     }[layout]
@@ -44,8 +46,8 @@ def _independent(q, scale, layout, out_dtype):
     m, n = q.shape
     rows = torch.arange(m).unsqueeze(1).expand(m, n)
     cols = torch.arange(n).unsqueeze(0).expand(m, n)
-    if layout == "g128":
-        s = scale[rows, cols // 128]
+    if layout[0] == "g":
+        s = scale[rows, cols // int(layout[1:])]
     elif layout == "token":
         s = scale[rows, torch.zeros_like(cols)]
     else:
@@ -63,6 +65,8 @@ def _independent(q, scale, layout, out_dtype):
         ("token", 37, 1000),
         ("block128", 1, 7),
         ("block128", 257, 300),
+        ("g32", 5, 96),
+        ("g64", 33, 320),
     ],
 )
 def test_reference_matches_float64(layout, m, n, out_dtype):
@@ -81,12 +85,12 @@ def test_reference_default_is_bf16_and_keeps_signed_zero():
     assert torch.signbit(got).tolist() == [[False, True, False, True]]
 
 
-@pytest.mark.parametrize("group", [128, None])
+@pytest.mark.parametrize("group", [128, 64, 32, None])
 def test_round_trip_per_token_cast(group):
     x = torch.randn(40, 512) * torch.logspace(-3, 3, 40).unsqueeze(1)
     q, scale = pt.reference(x, group)
-    back = cb.reference(q, scale, "g128" if group else "token", torch.float32)
-    s = scale.repeat_interleave(128, 1) if group else scale
+    back = cb.reference(q, scale, f"g{group}" if group else "token", torch.float32)
+    s = scale.repeat_interleave(group, 1) if group else scale
     assert ((back - x).abs() <= x.abs() * 2**-4 * 1.001 + s * 2**-10).all()
 
 
@@ -107,21 +111,26 @@ def test_round_trip_per_block_cast():
 def test_spec_variants():
     spec = cb.SPEC
     names = [spec.variant_name(k, s) for k in spec.keys for s in spec.specs]
-    assert len(names) == len(set(names)) == 6
+    assert len(names) == len(set(names)) == 10
     assert "cast_back_fp8_bf16_g128_any" in names and "cast_back_fp8_fp32_block128_any" in names
     assert [spec.key_string(k) for k in spec.keys] == [
         "bf16,g128",
         "bf16,token",
         "bf16,block128",
+        "bf16,g32",
+        "bf16,g64",
         "fp32,g128",
         "fp32,token",
         "fp32,block128",
+        "fp32,g32",
+        "fp32,g64",
     ]
     params = inspect.signature(spec.factory).parameters
     for key in spec.keys:
         assert set(key) <= set(params)
         assert spec.supports("sm_70", key, {}) and spec.supports("sm_100a", key, {})
-        want = {"N": 128} if key["layout"] == "g128" else {}
+        lay = key["layout"]
+        want = {"N": int(lay[1:])} if lay[0] == "g" else {}
         assert spec.constraints(key, {}) == want
 
 
@@ -129,7 +138,7 @@ def test_factory_rejects_unknown_key():
     with pytest.raises(ValueError, match="unsupported key"):
         cb.factory(arch="sm_90a", out="float16", layout="g128")
     with pytest.raises(ValueError, match="unsupported key"):
-        cb.factory(arch="sm_90a", out="bfloat16", layout="g64")
+        cb.factory(arch="sm_90a", out="bfloat16", layout="g16")
 
 
 # --- lowering smoke tests -------------------------------------------------------------------
@@ -143,6 +152,17 @@ def test_lower_g128_bf16_vector_path_only():
     assert "blockIdx.y) * 32)" in src  # TILE_ROWS rows per CTA
     assert "__tl_cvt_fp8x2_to_float2" in src and "__float22bfloat162_rn" in src
     assert "__fmul_rn" in src and "N % 8" not in src  # N % 128 == 0: no scalar path
+
+
+@needs_tilelang
+@pytest.mark.parametrize("out,layout,shift", [("bfloat16", "g32", 5), ("float32", "g64", 6)])
+def test_lower_narrow_groups_vector_path_reads_the_vectors_group(out, layout, shift):
+    """g32/g64: rows stay 16-byte aligned (N % 32 == 0), so only the vector path, with a
+    column check (the CTA's 128 columns may pass N) and the scale of the vector's group."""
+    src = lower_source(cb.factory(arch="sm_90a", out=out, layout=layout), "sm_90a", "cbg")
+    assert src.count("tl::store_global_128(") == 1 and "N % " not in src
+    assert f"(((int64_t)N) >> (int64_t){shift})" in src  # the scale row: N / group
+    assert ") < N))" in src and "__fmul_rn" in src
 
 
 @needs_tilelang

@@ -79,7 +79,7 @@ def test_per_token_cast_fp8_matches_tilekernels(m, dtype, round_sf):
     cast = tk("cast").cast
     for n in _hidden(m):
         x = _inputs(m, n, dtype, seed=m * n)
-        for group in (128, None):  # the kernels' groups: 128 columns and a whole row
+        for group in (32, 64, 128, None):  # the kernels' groups: 32/64/128 columns, a row
             q, s = pt.reference(x, group, round_sf=round_sf)
             q_tk, s_tk = cast(x, "e4m3", (1, group or n), round_sf=round_sf)
             _same(q, q_tk, f"q, N={n}, group={group}")
@@ -175,3 +175,20 @@ def test_cast_back_fp4_ue8m0_matches_tilekernels(group, out_dtype):
     assert (ours[0, :group].float() == 0).all()  # byte 0 decodes to 0.0
     top = ours[0, 3 * group : 4 * group].float()  # byte 255: +inf (NaN for zero codes)
     assert (top.isinf() | top.isnan()).all() and top.isinf().any()
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("group", [32, 64, 128, None])
+def test_cast_back_fp8_matches_tilekernels(group, out_dtype):
+    """The FP8 per-token scale layouts (g32, g64, g128, token) through TileKernels'
+    ``cast_back((q, sf), fmt, (1, group))``: the casts' own outputs, so every e4m3 code meets
+    the scale it came with; one fp32 multiply, one rounding, bytes equal."""
+    from kernels_py.quant import cast_back_fp8 as cb
+
+    cast_back = tk("cast").cast_back
+    m, n = 129, 2048
+    x = _inputs(m, n, torch.bfloat16, seed=n + (group or 1))
+    q, s = pt.reference(x, group, round_sf=group == 64)  # power-of-two scales in one case
+    layout = f"g{group}" if group else "token"
+    fmt = "bf16" if out_dtype == torch.bfloat16 else "fp32"
+    _same(cb.reference(q, s, layout, out_dtype), cast_back((q, s), fmt, (1, group or n)), layout)

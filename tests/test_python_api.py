@@ -155,10 +155,16 @@ BAD_CALLS = [
     ("cast-x-fp8", lambda: cast(t(4, 128).to(F8)), TypeError, r"x has dtype torch\.float8"),
     ("cast-x-3d", lambda: cast(t(2, 4, 128)), ValueError, r"x must have shape \[M, N\]"),
     (
-        "cast-g64",
-        lambda: cast(t(4, 256), 64),
+        "cast-g48",
+        lambda: cast(t(4, 256), 48),
         ValueError,
-        r"group_size=64 is not supported; supported: 128 .* or None / N \(= 256",
+        r"group_size=48 is not supported; supported: 32, 64, 128 .* or None / N \(= 256",
+    ),
+    (
+        "cast-g64-n96",
+        lambda: cast(t(4, 96), 64),
+        ValueError,
+        r"group_size=64 needs N % 64 == 0, but x has N = 96",
     ),
     ("cast-g0", lambda: cast(t(4, 256), 0), ValueError, r"group_size=0 is not supported"),
     ("cast-g-str", lambda: cast(t(4, 256), "128"), TypeError, r"group_size must be an int or"),
@@ -337,7 +343,13 @@ def test_rms_norm_out(fake, cpu_as_cuda):
 
 @pytest.mark.parametrize(
     ("group_size", "key", "groups"),
-    [(128, "fp16,g128", 2), (None, "fp16,token", 1), (256, "fp16,token", 1)],
+    [
+        (128, "fp16,g128", 2),
+        (64, "fp16,g64", 4),
+        (32, "fp16,g32", 8),
+        (None, "fp16,token", 1),
+        (256, "fp16,token", 1),
+    ],
 )
 @pytest.mark.parametrize("round_sf", [False, True])
 def test_per_token_cast_launch_arguments(fake, cpu_as_cuda, group_size, key, groups, round_sf):
@@ -365,7 +377,7 @@ def test_per_token_cast_round_sf_must_be_a_bool(fake, cpu_as_cuda, bad):
     assert fake.launches == []
 
 
-@pytest.mark.parametrize(("group_size", "split"), [(128, True), (None, False)])
+@pytest.mark.parametrize(("group_size", "split"), [(128, True), (32, True), (None, False)])
 def test_tall_per_token_casts_split_past_grid_y(fake, cpu_as_cuda, group_size, split):
     """g128 puts 64-row tiles on gridDim.y (65535 at most): taller inputs take more launches;
     the token mode puts rows on gridDim.x and never splits."""

@@ -92,7 +92,8 @@ BAD_CALLS = [
         lambda: cast_back(q8(300, 256), s32(300, 3)),
         ValueError,
         r"scale has shape \[300, 3\], which fits no scale layout of q \[300, 256\] \(expected "
-        r"g128: \[300, 2\]; token: \[300, 1\]; block128: \[3, 2\]\)",
+        r"g128: \[300, 2\]; token: \[300, 1\]; block128: \[3, 2\]; g32: \[300, 8\]; "
+        r"g64: \[300, 4\]\)",
     ),
     (
         "scale-g128-odd-n",
@@ -108,9 +109,21 @@ BAD_CALLS = [
     ),
     (
         "layout-unknown",
-        lambda: cast_back(q8(4, 128), s32(4, 1), layout="g64"),
+        lambda: cast_back(q8(4, 128), s32(4, 1), layout="g16"),
         ValueError,
-        r"layout='g64' is unknown; supported: g128, token, block128",
+        r"layout='g16' is unknown; supported: g128, token, block128, g32, g64",
+    ),
+    (
+        "scale-g64-odd-n",
+        lambda: cast_back(q8(3, 96), s32(3, 1), layout="g64"),
+        ValueError,
+        r"fits no scale layout of q \[3, 96\] \(expected g64: needs N % 64 == 0\)",
+    ),
+    (
+        "group-size-48",
+        lambda: cast_back(q8(3, 96), s32(3, 2), group_size=48),
+        ValueError,
+        r"group_size=48 is not supported for FP8 q: use None, 128 .*64, 32 \(g64, g32\)",
     ),
     (
         "layout-int",
@@ -119,10 +132,10 @@ BAD_CALLS = [
         r"layout must be a str or None, got int",
     ),
     (
-        "group-64",
-        lambda: cast_back(q8(4, 256), s32(4, 4), group_size=64),
+        "group-64-g128-scale",
+        lambda: cast_back(q8(4, 256), s32(4, 2), group_size=64),
         ValueError,
-        r"group_size=64 is not supported for FP8 q: use None, 128 .* or N = 256",
+        r"scale has shape \[4, 2\], which fits no scale layout .*\(expected g64: \[4, 4\]\)",
     ),
     (
         "group-str",
@@ -239,6 +252,10 @@ LAYOUT_CASES = [
     (1, 256, (1, 2), "g128"),  # also block128's shape: the same scales either way
     (200, 128, (200, 1), "g128"),  # also token's: one group per row
     (1, 100, (1, 1), "token"),  # also block128's: one scale
+    (300, 7168, (300, 224), "g32"),
+    (300, 7168, (300, 112), "g64"),
+    (5, 96, (5, 3), "g32"),  # N not a multiple of 128
+    (1, 64, (1, 1), "token"),  # also g64's (and block128's): one scale
 ]
 
 
@@ -275,6 +292,8 @@ def test_layout_inference_and_launch_arguments(
         ((4, 1), {"group_size": 256}, "token"),
         ((4, 1), {"layout": "token", "group_size": 256}, "token"),
         ((1, 2), {"layout": "block128", "group_size": 128}, "block128"),
+        ((4, 8), {"group_size": 32}, "g32"),
+        ((4, 4), {"layout": "g64", "group_size": 64}, "g64"),
     ],
 )
 def test_explicit_layout_and_group_size(fake, cpu_as_cuda, sshape, kwargs, layout):

@@ -104,6 +104,7 @@ CASES = {
         (t(13, 512),),
         {"out": (torch.empty(13, 512, dtype=torch.float8_e4m3fn), _f32(13, 4))},
     ),
+    "per_token_cast_fp8/g32": lambda: ((t(13, 512), 32), {"out": (_e4m3(13, 512), _f32(13, 16))}),
     "swiglu_per_token_cast_fp8": lambda: (
         (t(5, 512), _f32(5)),
         {"clamp": 7.0, "out": (_e4m3(5, 256), _f32(5, 2))},
@@ -122,6 +123,8 @@ CASES = {
         (_e4m3(130, 300), _f32(2, 3)),
         {"layout": "block128", "out": t(130, 300)},
     ),
+    "cast_back/g32": lambda: ((_e4m3(9, 96), _f32(9, 3)), {"out": t(9, 96)}),
+    "cast_back/g64": lambda: ((_e4m3(9, 512), _f32(9, 8)), {"out": t(9, 512)}),
     "moe_reduce/sum": lambda: ((t(20, 64), _i32(6, 2)), {"out": t(6, 64)}),
     "moe_reduce/weighted": lambda: (
         (t(20, 64), _i32(6, 2), _f32(6, 2)),
@@ -260,6 +263,10 @@ def test_swiglu_per_token_cast_fp8_without_weights_is_never_short(module_fake):
         (4, 256, (4, 2), "g128"),
         (1, 300, (1, 3), "block128"),  # rows == M, yet only block128 fits
         (200, 256, (2, 2), "block128"),
+        (4, 256, (4, 8), "g32"),
+        (4, 256, (4, 4), "g64"),
+        (1, 64, (1, 1), "token"),  # g64 and block128 fit too: token comes first
+        (1, 96, (1, 3), "g32"),  # rows == M == 1, block128 would be (1, 1)
     ],
 )
 def test_cast_back_short_path_infers_the_checked_paths_layout(

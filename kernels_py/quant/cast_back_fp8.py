@@ -5,6 +5,7 @@ and the result is rounded once to the output dtype (bf16: round to nearest even;
 is). ``reference`` reproduces it bit for bit. Scale layouts, the ones the casts produce:
 
 * ``g128``     scale ``[M, N / 128]``: one per row and 128-column group (``N % 128 == 0``);
+* ``g64``, ``g32`` scale ``[M, N / 64]``, ``[M, N / 32]`` alike (``N % 64``, ``N % 32 == 0``);
 * ``token``    scale ``[M, 1]``: one per row, any N;
 * ``block128`` scale ``[ceil(M / 128), ceil(N / 128)]``: one per 128x128 block, any M, N.
 
@@ -32,7 +33,8 @@ of more than 65535 row tiles into several launches.
 from ..spec import KernelSpec
 
 OUT_DTYPES = ("bfloat16", "float32")
-LAYOUTS = ("g128", "token", "block128")
+LAYOUTS = ("g128", "token", "block128", "g32", "g64")
+NARROW = {"g32": 32, "g64": 64}  # group widths below the CTA's 128 columns
 FP8 = "float8_e4m3fn"
 OUT_ITEMSIZE = {"bfloat16": 2, "float32": 4}
 GROUP = 128  # g128 group width; block128 block side; the CTA's column span
@@ -48,8 +50,9 @@ MAX_ROW_TILES = 65535  # gridDim.y limit: the wrapper launches at most this many
 def factory(arch: str, out: str, layout: str):
     """TileLang prim_func ``(q[M, N] e4m3fn, scale[...] fp32, x[M, N] out)``.
 
-    ``scale`` is ``[M, N // 128]`` (g128), ``[M, 1]`` (token) or ``[ceil(M/128),
-    ceil(N/128)]`` (block128); ``arch`` does not change the code.
+    ``scale`` is ``[M, N // 128]`` (g128), ``[M, N // 32]``, ``[M, N // 64]`` (g32, g64),
+    ``[M, 1]`` (token) or ``[ceil(M/128), ceil(N/128)]`` (block128); ``arch`` does not change
+    the code.
     """
     if out not in OUT_DTYPES or layout not in LAYOUTS:
         raise ValueError(f"cast_back_fp8: unsupported key {out!r}, {layout!r}")
@@ -62,6 +65,7 @@ def factory(arch: str, out: str, layout: str):
         "g128": (M, N // GROUP),
         "token": (M, 1),
         "block128": (T.ceildiv(M, GROUP), T.ceildiv(N, GROUP)),
+        **{name: (M, N // width) for name, width in NARROW.items()},
     }[layout]
     vec_tile = _tile_macro(T, out, layout, M, N, vec, aligned=True)
     scalar_tile = _tile_macro(T, out, layout, M, N, vec, aligned=False)
@@ -76,6 +80,11 @@ def factory(arch: str, out: str, layout: str):
             T.annotate_min_blocks_per_sm(MIN_BLOCKS)
             if layout == "g128":
                 T.assume(N % GROUP == 0)  # the constraint: rows 128-byte aligned
+                vec_tile(q, scale, x, bm, bn)
+            elif layout in NARROW:
+                # The constraint N % 32 (64) == 0 keeps rows 16-byte aligned; the last CTA
+                # may reach past N (the column checks).
+                T.assume(N % NARROW[layout] == 0)
                 vec_tile(q, scale, x, bm, bn)
             elif N % vec == 0:
                 T.assume(N % vec == 0)  # rows start 16-byte aligned: vector access
@@ -113,8 +122,11 @@ def _tile_macro(T, out: str, layout: str, M, N, vec: int, aligned: bool):
                 if (row < M) & (col < N):
                     for v in T.vectorized(vec):
                         buf[i * vec + v] = q[row, col + v]
-                if row < M:
-                    s[i] = _scale_at(layout, scale, row, bm, bn)
+                if layout in NARROW:  # a column past N has no scale to read
+                    if (row < M) & (col < N):
+                        s[i] = _scale_at(layout, scale, row, bm, bn, col)
+                elif row < M:
+                    s[i] = _scale_at(layout, scale, row, bm, bn, col)
             for i in T.unroll(steps):
                 row = row0 + i * rows_step
                 # e4m3 -> fp32 in pairs (exact), one fp32 multiply, vectorised cast.
@@ -136,7 +148,7 @@ def _tile_macro(T, out: str, layout: str, M, N, vec: int, aligned: bool):
             for i in T.unroll(steps):
                 row = row0 + i * rows_step
                 if row < M:
-                    s[i] = _scale_at(layout, scale, row, bm, bn)
+                    s[i] = _scale_at(layout, scale, row, bm, bn, col)
                     for v in T.unroll(vec):
                         if col + v < N:
                             x[row, col + v] = T.ieee_mul(T.cast(q[row, col + v], "float32"), s[i])
@@ -144,10 +156,13 @@ def _tile_macro(T, out: str, layout: str, M, N, vec: int, aligned: bool):
     return dequantise_tile
 
 
-def _scale_at(layout: str, scale, row, tile, bn):
-    """The scale of `row` in column group `bn`; `tile` is the row's TILE_ROWS tile."""
+def _scale_at(layout: str, scale, row, tile, bn, col):
+    """The scale of `row` in column group `bn` (the thread's vector starts at `col`, inside
+    one group of a narrower width); `tile` is the row's TILE_ROWS tile."""
     if layout == "g128":
         return scale[row, bn]
+    if layout in NARROW:
+        return scale[row, col // NARROW[layout]]
     if layout == "token":
         return scale[row, 0]
     return scale[tile * TILE_ROWS // GROUP, bn]  # a tile lies inside one 128-row block
@@ -157,8 +172,8 @@ def expand_scale(scale, m: int, n: int, layout: str):
     """The ``[M, N]`` fp32 scale of every element (torch), for a scale of ``layout``."""
     if layout == "token":
         return scale.reshape(m, 1).expand(m, n)
-    if layout == "g128":
-        return scale.repeat_interleave(GROUP, dim=1)
+    if layout == "g128" or layout in NARROW:
+        return scale.repeat_interleave(NARROW.get(layout, GROUP), dim=1)
     return scale.repeat_interleave(GROUP, dim=0).repeat_interleave(GROUP, dim=1)[:m, :n]
 
 
@@ -172,7 +187,7 @@ def reference(q, scale, layout: str, out_dtype=None):
 
 
 def _constraints(key, spec) -> dict[str, int]:
-    return {"N": GROUP} if key["layout"] == "g128" else {}
+    return {"N": NARROW.get(key["layout"], GROUP)} if key["layout"][0] == "g" else {}
 
 
 SPEC = KernelSpec(
@@ -182,5 +197,6 @@ SPEC = KernelSpec(
     specs=({},),
     reference=reference,
     constraints=_constraints,
-    doc="x = float(q) * scale (e4m3 -> bf16/fp32); per-128-group, per-token or 128x128 scales.",
+    doc="x = float(q) * scale (e4m3 -> bf16/fp32); per-128/64/32-group, per-token or 128x128"
+    " scales.",
 )

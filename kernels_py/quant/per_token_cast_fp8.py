@@ -1,8 +1,8 @@
 """Per-token(-group) cast to FP8 e4m3 (OCP e4m3fn, max 448) with fp32 scales.
 
-TileKernels 1.0.0's ``per_token_cast(x, "e4m3", 128 or N, round_sf=...)`` with row-major fp32
-scales, bit for bit (its reference ``tile_kernels.torch.cast``; ``quotient.py``). For each group
-(128 columns of a row for ``g128``, the whole row for ``token``)::
+TileKernels 1.0.0's ``per_token_cast(x, "e4m3", 32, 64, 128 or N, round_sf=...)`` with row-major
+fp32 scales, bit for bit (its reference ``tile_kernels.torch.cast``; ``quotient.py``). For each
+group (32, 64 or 128 columns of a row for ``g32``/``g64``/``g128``, the whole row for ``token``)::
 
     amax  = max(max |x|, 1e-4)          # the floor keeps all-zero groups finite
     scale = amax / 448                  # round_sf = 0
@@ -23,15 +23,18 @@ CUDA's round-to-nearest-even emulation below that), the same rounding as torch's
 
 Kernels:
 
-* ``g128``: one CTA (256 threads) per ``TILE_ROWS`` rows x one 128-column group, SIMT-style as
-  ``per_block_cast_fp8``: ``lanes`` = 16 threads (32 for fp32) share a row's group, one 16-byte
+* ``g128`` (``g32``, ``g64`` alike): one CTA (256 threads) per ``TILE_ROWS`` rows x one 128-column
+  group (``TILE_ROWS * 128 / group`` rows of a narrower group: the same 4 vectors per thread),
+  SIMT-style as ``per_block_cast_fp8``: ``lanes`` = 16 threads (32 for fp32; 4 or 8 for
+  ``g32``/``g64``, 8 or 16 for their fp32) share a row's group, one 16-byte
   vector each, and each thread loads all its ``steps`` vectors (rows 16 apart; 8 for fp32) before
   using any. A group max is a thread max then xor shuffles inside the aligned run of ``lanes``
   lanes; every lane then computes the scale and multiplier itself (no broadcast needed).
   ``__launch_bounds__(256, MIN_BLOCKS)`` keeps 3 CTAs' loads in flight per SM. This layout
   replaced a ``T.Parallel`` tile of one vector per thread (197 -> 180 us, H200, T = 32768,
   N = 7168; bench/results/2026-11-29-h200-tuning.md). Static N and generic (N dynamic,
-  ``N % 128 == 0`` assumed so rows stay 16-byte aligned) share the code.
+  ``N % group == 0`` assumed so rows stay 16-byte aligned) share the code; ``g32``/``g64``
+  are built generic only (each new variant is traced for every arch).
 * ``token``: one row per block in chunks, two passes (amax, then quantise), with a runtime
   branch between 16-byte vector access (N a multiple of the vector) and scalar access.
 
@@ -46,7 +49,8 @@ from ..spec import KernelSpec
 from .quotient import inv_of, reference_scale_and_inv, scale_of
 
 DTYPES = ("bfloat16", "float16", "float32")
-GROUPS_MODES = ("g128", "token")
+GROUPS_MODES = ("g128", "token", "g32", "g64")
+GROUP_WIDTHS = {"g32": 32, "g64": 64, "g128": 128}  # columns per scale of the grouped modes
 FP8 = "float8_e4m3fn"  # OCP e4m3fn (torch.float8_e4m3fn); "float8_e4m3" emits the same code
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 FP8_MAX = 448.0
@@ -67,31 +71,34 @@ SCALAR_PER_THREAD = 4  # token: scalar elements per thread per chunk on the unal
 def factory(arch: str, dtype: str, group: str, N: int | None = None):
     """TileLang prim_func ``(x[M, N], q[M, N] e4m3fn, scale[M, G] float32, round_sf int32)``.
 
-    ``G = N // 128`` for ``g128`` and 1 for ``token``; ``round_sf`` non-zero: power-of-two
-    scales (TileKernels' ``round_sf=True``). ``arch`` does not change the code.
+    ``G = N // 32, 64, 128`` for ``g32``/``g64``/``g128`` and 1 for ``token``; ``round_sf``
+    non-zero: power-of-two scales (TileKernels' ``round_sf=True``). ``arch`` does not change
+    the code.
     """
     if dtype not in DTYPES or group not in GROUPS_MODES:
         raise ValueError(f"per_token_cast_fp8: unsupported key {dtype!r}, {group!r}")
-    if group == "g128":
-        if N is not None and N % GROUP:
-            raise ValueError(f"per_token_cast_fp8: N={N} is not a multiple of {GROUP}")
-        return _g128(dtype, N)
+    if group in GROUP_WIDTHS:
+        width = GROUP_WIDTHS[group]
+        if N is not None and N % width:
+            raise ValueError(f"per_token_cast_fp8: N={N} is not a multiple of {width}")
+        return _grouped(dtype, width, N)
     if N is not None:
         raise ValueError("per_token_cast_fp8: the token mode only has a generic variant")
     return _token(dtype)
 
 
-def _g128(dtype: str, n: int | None):
+def _grouped(dtype: str, width: int, n: int | None):
     import tilelang.language as T
 
     vec = 16 // ITEMSIZE[dtype]  # elements per 16-byte vector of x
-    lanes = GROUP // vec  # lanes per (row, group): 16, or 32 for fp32
+    lanes = width // vec  # lanes per (row, group): 16, or 32 for fp32 (g128)
     rows_step = THREADS // lanes  # rows per load step
-    steps = TILE_ROWS // rows_step  # vectors per thread, all loaded before the first use
+    tile_rows = TILE_ROWS * GROUP // width  # narrower groups: more rows, the same steps
+    steps = tile_rows // rows_step  # vectors per thread, all loaded before the first use
     zero = T.cast(0, dtype)
     M = T.dynamic("M")
     N = T.dynamic("N") if n is None else n
-    G = N // GROUP
+    G = N // width
 
     @T.prim_func
     def per_token_cast_fp8(
@@ -102,12 +109,13 @@ def _g128(dtype: str, n: int | None):
     ):
         # Groups on gridDim.x, so consecutive CTAs read neighbouring 256-byte pieces of the
         # same rows (180 us against 198 us with row tiles first, H200, T = 32768, N = 7168).
-        # gridDim.y (65535) caps M at MAX_ROW_TILES * TILE_ROWS: the wrapper splits above it.
-        with T.Kernel(G, T.ceildiv(M, TILE_ROWS), threads=THREADS) as (bg, bm):
+        # gridDim.y (65535) caps M at MAX_ROW_TILES * tile_rows: the wrapper splits above
+        # MAX_ROW_TILES * TILE_ROWS (the least of them).
+        with T.Kernel(G, T.ceildiv(M, tile_rows), threads=THREADS) as (bg, bm):
             T.annotate_min_blocks_per_sm(MIN_BLOCKS[dtype])
             if n is None:
-                # The constraint N % 128 == 0 keeps every row 16-byte aligned.
-                T.assume(N % GROUP == 0)
+                # The constraint N % width == 0 keeps every row 16-byte aligned.
+                T.assume(N % width == 0)
             tx = T.get_thread_binding()
             buf = T.alloc_local((steps * vec,), dtype)
             amax = T.alloc_local((steps,), "float32")
@@ -115,8 +123,8 @@ def _g128(dtype: str, n: int | None):
             q8 = T.alloc_local((vec,), FP8)
             s = T.alloc_var("float32")
             inv = T.alloc_var("float32")
-            col = bg * GROUP + (tx % lanes) * vec
-            row0 = bm * TILE_ROWS + tx // lanes
+            col = bg * width + (tx % lanes) * vec
+            row0 = bm * tile_rows + tx // lanes
             # Load: every vector of this thread before any use (steps loads in flight).
             for i in T.unroll(steps):
                 if row0 + i * rows_step < M:
@@ -126,7 +134,7 @@ def _g128(dtype: str, n: int | None):
                     for v in T.vectorized(vec):
                         buf[i * vec + v] = zero
             # |x| max of each (row, group): the thread's vector, then xor shuffles inside the
-            # aligned run of `lanes` lanes that holds the row's 128 columns.
+            # aligned run of `lanes` lanes that holds the row's group.
             for i in T.unroll(steps):
                 amax[i] = T.float32(0)
                 for v in T.unroll(vec):
@@ -234,11 +242,12 @@ def reference(x, group_size: int | None = GROUP, round_sf: bool = False):
 
 
 def _supports(arch, key, spec) -> bool:
-    return key["group"] == "g128" or not spec  # token has only the generic variant
+    return key["group"] == "g128" or not spec  # the other modes have only the generic variant
 
 
 def _constraints(key, spec) -> dict[str, int]:
-    return {"N": GROUP} if key["group"] == "g128" and not spec else {}
+    width = GROUP_WIDTHS.get(key["group"])
+    return {"N": width} if width and not spec else {}
 
 
 SPEC = KernelSpec(
@@ -250,5 +259,5 @@ SPEC = KernelSpec(
     supports=_supports,
     constraints=_constraints,
     doc="q, scale = e4m3fn(x * RN(448/amax)), amax/448 (or its power-of-two ceiling) per"
-    " 128-column group (g128) or per row, as TileKernels' per_token_cast.",
+    " 32/64/128-column group (g32/g64/g128) or per row, as TileKernels' per_token_cast.",
 )

@@ -63,8 +63,8 @@ def _swiglu_fp8(key: list[str], spec: dict[str, int]) -> str | None:
 
 
 def _per_token_cast_fp8(key: list[str], spec: dict[str, int]) -> str | None:
-    if len(key) > 1 and key[1] == "token":
-        return "per_token_cast_fp8: the token mode only has a generic variant"
+    if len(key) > 1 and key[1] != "g128":
+        return f"per_token_cast_fp8: the {key[1]} mode only has a generic variant"
     n = spec.get("N")
     if n is not None and n % FP8_GROUP:
         return f"per_token_cast_fp8: N={n} is not a multiple of {FP8_GROUP}"

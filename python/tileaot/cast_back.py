@@ -13,12 +13,14 @@ if TYPE_CHECKING:
 
 _OP = "cast_back_fp8"
 GROUP = 128  # g128 group width and block128 block side
-LAYOUTS = ("g128", "token", "block128")
+LAYOUTS = ("g128", "token", "block128", "g32", "g64")
+_NARROW = {"g32": 32, "g64": 64}  # the narrower groups' widths
 # The scale's shape [R, C] under each layout, over q's [M, N].
 _SCALE_DIMS = {
     "g128": {"R": "M", "C": f"N // {GROUP}"},
     "token": {"R": "M", "C": 1},
     "block128": {"R": f"(M + {GROUP - 1}) // {GROUP}", "C": f"(N + {GROUP - 1}) // {GROUP}"},
+    **{name: {"R": "M", "C": f"N // {width}"} for name, width in _NARROW.items()},
 }
 
 
@@ -72,7 +74,7 @@ def cast_back(
 ) -> torch.Tensor:
     """Dequantise FP8 (or packed FP4) values: ``x = float(q) * scale``, scale broadcast.
 
-    The inverse of `per_token_cast_fp8` (``group_size=128`` or per token) and
+    The inverse of `per_token_cast_fp8` (``group_size`` 32, 64, 128 or per token) and
     `per_block_cast_fp8`. For FP8 `q` each element is one float32 multiply of the exact E4M3
     value by its scale, rounded once to `out_dtype` (round to nearest even): the result is
     exact, bit for bit, against ``(q.float() * scale_broadcast).to(out_dtype)``.
@@ -80,6 +82,8 @@ def cast_back(
     The scale layout of FP8 `q` ``[M, N]`` follows from ``scale.shape`` (or `layout`):
 
     * ``"g128"``: ``[M, N // 128]``, one scale per row and 128 columns (``N % 128 == 0``);
+    * ``"g32"``, ``"g64"``: ``[M, N // 32]``, ``[M, N // 64]`` alike (`per_token_cast_fp8`'s
+      ``group_size=32``, ``64``);
     * ``"token"``: ``[M, 1]``, one scale per row;
     * ``"block128"``: ``[ceil(M / 128), ceil(N / 128)]``, one per 128x128 block.
 
@@ -95,9 +99,11 @@ def cast_back(
             output); other N work, slower.
         scale: CUDA tensor ``torch.float32`` of one of the shapes above (FP8), on the device
             of `q`, contiguous, 16-byte aligned.
-        layout: ``None`` (infer from ``scale.shape``), ``"g128"``, ``"token"`` or
-            ``"block128"``; if given, ``scale.shape`` must be that layout's.
-        group_size: FP8: ``None``, ``128`` (the ``g128`` or ``block128`` layout) or ``N``
+        layout: ``None`` (infer from ``scale.shape``), ``"g128"``, ``"token"``,
+            ``"block128"``, ``"g32"`` or ``"g64"``; if given, ``scale.shape`` must be that
+            layout's.
+        group_size: FP8: ``None``, ``128`` (the ``g128`` or ``block128`` layout), ``32`` or
+            ``64`` (``g32``, ``g64``) or ``N``
             (``token``); it only narrows the inference. FP4: the group size, as
             `per_token_cast_fp4` took it.
         out_dtype: ``torch.bfloat16`` (``None``, the default) or ``torch.float32``.
@@ -150,6 +156,8 @@ def cast_back(
             lay = "block128"
             if s_rows == m and (s_cols * GROUP == n or s_cols == 1):
                 lay = "g128" if s_cols * GROUP == n else "token"
+            elif s_rows == m and n in (s_cols * 32, s_cols * 64):  # block128 cannot fit here
+                lay = "g32" if s_cols * 32 == n else "g64"
         dt = _arrays._torch.bfloat16 if out_dtype is None else out_dtype
         x = q.new_empty(m, n, dtype=dt) if out is None else out
         if _lib.fast((_OP, dt, lay), (q, scale, x), (), _WRITES):
@@ -214,17 +222,20 @@ def _layout(m: int, n: int, shape: tuple[int, ...], layout: Any, group_size: Any
         "g128": (m, n // GROUP) if n % GROUP == 0 else None,
         "token": (m, 1),
         "block128": (-(-m // GROUP), -(-n // GROUP)),
+        **{name: (m, n // w) if n % w == 0 else None for name, w in _NARROW.items()},
     }
     if group_size is not None:
         group_size = _validate.optional_int("group_size", group_size)
         if group_size == GROUP:
             candidates = ("g128", "block128") if n != GROUP else LAYOUTS
+        elif group_size in _NARROW.values():
+            candidates = (f"g{group_size}",) if n != group_size else LAYOUTS
         elif group_size == n:
             candidates = ("token",)
         else:
             raise ValueError(
                 f"group_size={group_size} is not supported for FP8 q: use None, {GROUP} "
-                f"(g128 / block128 scales) or N = {n} (per token)"
+                f"(g128 / block128 scales), 64, 32 (g64, g32) or N = {n} (per token)"
             )
     else:
         candidates = LAYOUTS
@@ -240,7 +251,9 @@ def _layout(m: int, n: int, shape: tuple[int, ...], layout: Any, group_size: Any
         if expected[name] == shape:
             return name
     fits = "; ".join(
-        f"{name}: {list(expected[name])}" if expected[name] else f"{name}: needs N % 128 == 0"
+        f"{name}: {list(expected[name])}"
+        if expected[name]
+        else f"{name}: needs N % {name[1:]} == 0"
         for name in candidates
     )
     raise ValueError(

@@ -1,4 +1,4 @@
-"""Per-token (or per-128-group) cast to FP8 E4M3 with float32 scales (op "per_token_cast_fp8"):
+"""Per-token (or per-32/64/128-column) cast to FP8 E4M3, float32 scales (op "per_token_cast_fp8"):
 TileKernels' ``per_token_cast`` to ``"e4m3"`` with row-major float32 scales."""
 
 from __future__ import annotations
@@ -12,17 +12,19 @@ if TYPE_CHECKING:
     import torch
 
 _OP = "per_token_cast_fp8"
-GROUP = 128  # the one group width built; other widths are per-token only (group_size == N)
+GROUP = 128  # the default group width
+GROUPS = (32, 64, 128)  # the group widths built; any other width is per-token (== N) only
 
 
 def _scale_columns(key: str) -> dict[str, int | str]:
-    """Scales per row: one per 128 columns (g128), or one (token)."""
-    return {"G": f"N // {GROUP}"} if key.endswith(",g128") else {"G": 1}
+    """Scales per row: one per 32, 64 or 128 columns (g32, g64, g128), or one (token)."""
+    mode = key.rpartition(",")[2]
+    return {"G": f"N // {mode[1:]}"} if mode != "token" else {"G": 1}
 
 
 def _key_of(args: dict) -> str:
-    mode = "g128" if args["group_size"] == GROUP else "token"
-    return f"{short_of(args['x'].dtype)},{mode}"
+    group = args["group_size"]
+    return f"{short_of(args['x'].dtype)},{f'g{group}' if group in GROUPS else 'token'}"
 
 
 SCHEMA = OpSchema(
@@ -36,11 +38,12 @@ SCHEMA = OpSchema(
 )
 _WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 # Dispatch keys by dtype, spelled once here so the call path does no string work.
-_G128 = {d: d + ",g128" for d in SCHEMA.dtypes["T"]}
+_GROUPED = {(d, g): f"{d},g{g}" for d in SCHEMA.dtypes["T"] for g in GROUPS}
 _TOKEN = {d: d + ",token" for d in SCHEMA.dtypes["T"]}
 _ROUND_SF = {False: (0.0,), True: (1.0,)}  # the kernels' runtime scalar round_sf
 # g128: row tiles of 64 rows go on gridDim.y (65535 at most; kernels_py/quant/
-# per_token_cast_fp8.py MAX_ROW_TILES, TILE_ROWS), so a launch covers at most this many rows.
+# per_token_cast_fp8.py MAX_ROW_TILES, TILE_ROWS), so a launch covers at most this many rows
+# (g32/g64 tiles are taller: the same bound is safe for them).
 _ROWS_PER_LAUNCH = 65535 * 64
 
 
@@ -67,8 +70,9 @@ def per_token_cast_fp8(
     Args:
         x: CUDA tensor ``[M, N]``, dtype ``torch.bfloat16``, ``torch.float16`` or
             ``torch.float32``; contiguous, with a 16-byte-aligned data pointer.
-        group_size: ``128`` (the default): one scale per 128 columns, ``N % 128 == 0`` required.
-            ``None`` or ``N``: one scale per row (per token). No other value is built.
+        group_size: ``128`` (the default), ``64`` or ``32``: one scale per that many columns,
+            ``N % group_size == 0`` required. ``None`` or ``N``: one scale per row (per
+            token). No other value is built.
         round_sf: round each scale up to a power of two (``2^ceil(log2(amax / 448))``), as
             DeepGEMM-style UE8M0 scales need; default False.
         out: optional ``(q, scale)`` to write into instead of allocating, with exactly the
@@ -76,14 +80,14 @@ def per_token_cast_fp8(
             `x` or each other.
 
     Returns:
-        ``(q, scale)``: `q` ``[M, N]`` ``torch.float8_e4m3fn``; `scale` ``[M, N // 128]``
-        (``group_size=128``) or ``[M, 1]`` (per token), ``torch.float32``. If `x` has no
+        ``(q, scale)``: `q` ``[M, N]`` ``torch.float8_e4m3fn``; `scale` ``[M, N // group_size]``
+        (``group_size`` 32, 64 or 128) or ``[M, 1]`` (per token), ``torch.float32``. If `x` has no
         elements nothing is launched; with ``N == 0`` a per-token `scale` is filled with zeros.
 
     Raises:
         TypeError: `x` or `out` is not a tensor / pair of tensors, or has an unsupported dtype;
             `group_size` is not an int or None; `round_sf` is not a bool.
-        ValueError: `x` is not 2-D; `group_size` is unsupported, or 128 with ``N % 128 != 0``; a
+        ValueError: `x` is not 2-D; `group_size` is unsupported, or does not divide N; a
             tensor is not on a CUDA device (the same one), not contiguous or not 16-byte
             aligned; a dimension or element count reaches 2**31; `out` has a wrong shape or
             overlaps.
@@ -100,6 +104,7 @@ def per_token_cast_fp8(
         >>> x = torch.randn(16, 7168, dtype=torch.bfloat16, device="cuda")
         >>> q, scale = tileaot.per_token_cast_fp8(x)  # scale: [16, 56]
         >>> x_hat = (q.float().view(16, 56, 128) * scale[:, :, None]).view(16, 7168)
+        >>> q32, s32 = tileaot.per_token_cast_fp8(x, group_size=32)  # s32: [16, 224]
         >>> q_tok, s_tok = tileaot.per_token_cast_fp8(x, group_size=None)  # s_tok: [16, 1]
     """
     if (
@@ -116,7 +121,7 @@ def per_token_cast_fp8(
             torch = _arrays._torch
             pair = (
                 x.new_empty(m, n, dtype=torch.float8_e4m3fn),
-                x.new_empty(m, n // GROUP if group_size else 1, dtype=torch.float32),
+                x.new_empty(m, n // group_size if group_size in GROUPS else 1, dtype=torch.float32),
             )
         if _lib.fast((_OP, x.dtype, group_size), (x, *pair), _ROUND_SF[round_sf], _WRITES):
             return pair
@@ -136,10 +141,10 @@ def per_token_cast_fp8(
             scale.zero_()
         return q, scale
     scalars = _ROUND_SF[round_sf]
-    step = _ROWS_PER_LAUNCH if key.endswith(",g128") else m  # token: rows on gridDim.x
+    step = m if key.endswith(",token") else _ROWS_PER_LAUNCH  # token: rows on gridDim.x
     if m <= step:
         handle = SCHEMA.launch(key, bound.device, (x, q, scale), scalars, bound.dims)
-        if type(x) is _arrays.Tensor and group_size in (GROUP, None):
+        if type(x) is _arrays.Tensor and (group_size is None or group_size in GROUPS):
             # One launch over exactly (x, q, scale): what the short path passes for this key.
             _lib.learn((_OP, x.dtype, group_size), handle)
         return q, scale
@@ -148,7 +153,7 @@ def per_token_cast_fp8(
     stream, native = _lib.current_stream(bound.device), _lib.native()
     x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
     row_bytes = n * x.element_size()
-    for r0 in range(0, m, step):  # one launch unless M > 4,194,240 (g128)
+    for r0 in range(0, m, step):  # one launch unless M > 4,194,240 (grouped)
         ptrs = (x_ptr + r0 * row_bytes, q_ptr + r0 * n, s_ptr + r0 * dims["G"] * 4)
         shapes = SCHEMA.flat({**dims, "M": min(m - r0, step)})
         native.launch(handle, bound.device, stream, ptrs, shapes, scalars)
@@ -156,18 +161,18 @@ def per_token_cast_fp8(
 
 
 def _key(dtype: str, n: int, group_size: int | None) -> str:
-    """The dispatch key of a checked call: g128, or token for ``None`` / ``N``."""
-    if group_size == GROUP:
-        if n % GROUP:
+    """The dispatch key of a checked call: g32/g64/g128, or token for ``None`` / ``N``."""
+    if group_size in GROUPS:
+        if n % group_size:
             raise ValueError(
-                f"group_size={GROUP} needs N % {GROUP} == 0, but x has N = {n}; pad x or pass "
-                "group_size=None for one scale per token"
+                f"group_size={group_size} needs N % {group_size} == 0, but x has N = {n}; pad "
+                "x or pass group_size=None for one scale per token"
             )
-        return _G128[dtype]
+        return _GROUPED[dtype, group_size]
     if group_size is None or group_size == n:
         return _TOKEN[dtype]
     raise ValueError(
-        f"group_size={group_size} is not supported; supported: {GROUP} (needs N % {GROUP} "
+        f"group_size={group_size} is not supported; supported: 32, 64, 128 (N % group_size "
         f"== 0) or None / N (= {n}, one scale per token)"
     )
 
