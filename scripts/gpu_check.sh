@@ -163,6 +163,9 @@ tilelang_tarball() {
     --platform manylinux_2_17_x86_64 --python-version 3.12 --implementation cp \
     --only-binary=:all: tilelang==0.1.15 'apache-tvm-ffi>=0.1.11,<0.1.13' 'z3-solver<4.15.5' \
     torch-c-dlpack-ext
+  # TileKernels' pure-torch references for the GPU tests that compare with them directly
+  # (tests/_tile_kernels.py imports them through tilelang, hence in the same tarball).
+  python -m pip install -q --no-deps --target "$dir/tlsite" tile-kernels==1.0.0
   # Not needed to JIT CUDA kernels (tilelang/ascend is: tilelang.cache imports it); dropping
   # them keeps the tarball + gen folder under the device tool's 64 MiB carry limit.
   (cd "$dir/tlsite" && rm -rf bin/z3 tilelang/3rdparty/tvm/src tilelang/3rdparty/cutlass/tools \

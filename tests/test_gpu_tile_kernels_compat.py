@@ -56,7 +56,7 @@ def _x(m: int, n: int, dtype: torch.dtype = BF16, seed: int = 0) -> torch.Tensor
 @pytest.mark.parametrize("m", TOKENS)
 def test_per_token_cast_e4m3(m, dtype, round_sf):
     cast = _tk("cast").cast
-    for n, g in ((7168, 128), (2048, 2048)):
+    for n, g in ((7168, 128), (2048, 2048), (4096, 64), (1536, 32)):
         x = _x(m, n, dtype, seed=m + n)
         _poison()
         q, sf = _compat().quant.per_token_cast(x, "e4m3", g, round_sf=round_sf)
@@ -88,7 +88,7 @@ def test_per_block_cast(m, round_sf):
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp32"])
-@pytest.mark.parametrize("block", [(1, 128), (1, 7168), (128, 128)])
+@pytest.mark.parametrize("block", [(1, 32), (1, 64), (1, 128), (1, 7168), (128, 128)])
 @pytest.mark.parametrize("m", TOKENS)
 def test_cast_back_fp8(m, block, fmt):
     tkc = _tk("cast")

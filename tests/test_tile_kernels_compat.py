@@ -114,6 +114,12 @@ CASES = [
         [(F8, (8, 256)), (F32, (8, 2))],
     ),
     (
+        "per_token_cast-e4m3-g64",
+        lambda: quant.per_token_cast(X, "e4m3", 64),
+        lambda: tileaot.per_token_cast_fp8(X, 64),
+        [(F8, (8, 256)), (F32, (8, 4))],
+    ),
+    (
         "per_token_cast-e4m3-row",
         lambda: quant.per_token_cast(X32, "e4m3", 256),
         lambda: tileaot.per_token_cast_fp8(X32, None),
@@ -363,6 +369,11 @@ def _tk_cases():
             lambda: cast.cast(x, "e4m3", (1, 128), round_sf=True),
         ),
         (
+            "per_token_cast-g32",
+            lambda: quant.per_token_cast(x, "e4m3", 32, round_sf=True),
+            lambda: cast.cast(x, "e4m3", (1, 32), round_sf=True),
+        ),
+        (
             "per_token_cast-row",
             lambda: quant.per_token_cast(x32, "e4m3", 256),
             lambda: cast.cast(x32, "e4m3", (1, 256)),
@@ -425,7 +436,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 13  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 14  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -461,9 +472,9 @@ NOT_SERVED = [
         " (served: 'e4m3', 'e2m1')",
     ),
     (
-        lambda: quant.per_token_cast(X, "e4m3", 64),
-        "per_token_cast: num_per_channels=64",
-        " (served: 128, hidden=256)",
+        lambda: quant.per_token_cast(X, "e4m3", 16),
+        "per_token_cast: num_per_channels=16",
+        " (served: 32, 64, 128, hidden=256)",
     ),
     (
         lambda: quant.per_token_cast(X, "e4m3", 128, (1, 128)),
@@ -511,9 +522,9 @@ NOT_SERVED = [
         " (served: 'bf16', 'fp32')",
     ),
     (
-        lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 64)),
-        "cast_back: x_block_size=(1, 64)",
-        " (served: (1, 128), (128, 128), (1, hidden=256))",
+        lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 16)),
+        "cast_back: x_block_size=(1, 16)",
+        " (served: (1, 32), (1, 64), (1, 128), (128, 128), (1, hidden=256))",
     ),
     (
         lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 128), "e5m6"),
@@ -531,9 +542,9 @@ NOT_SERVED = [
         " with e2m1 data (served: torch.float32)",
     ),
     (
-        lambda: quant.per_token_cast_back((Q8, S_G128), "bf16", 64),
-        "per_token_cast_back: num_per_channels=64",
-        " (served: 128, hidden=256)",
+        lambda: quant.per_token_cast_back((Q8, S_G128), "bf16", 16),
+        "per_token_cast_back: num_per_channels=16",
+        " (served: 32, 64, 128, hidden=256)",
     ),
     (
         lambda: quant.swiglu_forward_and_per_token_cast(GATE, "e4m3", 256),

@@ -36,8 +36,8 @@ def per_token_cast(
 ) -> QuantTensor:
     """Per-token (row) cast: ``(out, out_sf)`` as TileKernels returns them.
 
-    ``fmt="e4m3"``: `tileaot.per_token_cast_fp8` with ``num_per_channels`` 128 or the hidden
-    size (one scale per row); `out` float8_e4m3fn, `out_sf` float32 row-major.
+    ``fmt="e4m3"``: `tileaot.per_token_cast_fp8` with ``num_per_channels`` 32, 64, 128 or
+    the hidden size (one scale per row); `out` float8_e4m3fn, `out_sf` float32 row-major.
     ``fmt="e2m1"`` (``round_sf=True``, ``num_per_channels`` 16 or 32):
     `tileaot.per_token_cast_fp4` with UE8M0 scales; `out` int8 (two codes a byte, as
     TileKernels packs them), `out_sf` float32 (our exponent bytes decoded exactly).
@@ -134,14 +134,17 @@ def _plain_sf(func: str, use_tma_aligned_col_major_sf: bool, use_packed_ue8m0: b
     require(func, "use_packed_ue8m0", use_packed_ue8m0, (False,))
 
 
+_FP8_GROUPS = (32, 64, 128)  # per_token_cast_fp8's / cast_back's FP8 group widths
+
+
 def _fp8_group(func: str, x: Any, num_per_channels: int) -> int | None:
     """`per_token_cast_fp8`'s group_size for TileKernels' num_per_channels (None: per row)."""
     hidden = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() > 0 else None
-    if num_per_channels == 128:
-        return 128
+    if num_per_channels in _FP8_GROUPS:
+        return num_per_channels
     if num_per_channels == hidden:
         return None
-    raise not_served(func, "num_per_channels", num_per_channels, f"128, hidden={hidden}")
+    raise not_served(func, "num_per_channels", num_per_channels, f"32, 64, 128, hidden={hidden}")
 
 
 def _cast_back(
@@ -172,14 +175,15 @@ def _cast_back(
 def _fp8_layout(func: str, q: Any, block: tuple[str, Any], size: Any) -> str:
     """`tileaot.cast_back`'s layout for TileKernels' FP8 scaling block."""
     hidden = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() > 0 else None
-    layouts = {(1, 128): "g128", (128, 128): "block128", (1, hidden): "token"}
+    layouts = {(1, g): f"g{g}" for g in _FP8_GROUPS} | {(128, 128): "block128"}
+    layouts.setdefault((1, hidden), "token")
     if isinstance(size, (tuple, list)) and tuple(size) in layouts:
         return layouts[tuple(size)]
     arg, value = block
     served = (
-        f"128, hidden={hidden}"
+        f"32, 64, 128, hidden={hidden}"
         if arg == "num_per_channels"
-        else f"(1, 128), (128, 128), (1, hidden={hidden})"
+        else f"(1, 32), (1, 64), (1, 128), (128, 128), (1, hidden={hidden})"
     )
     raise not_served(func, arg, value, served)
 
