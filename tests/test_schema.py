@@ -42,6 +42,7 @@ SCHEMA_OPS = (
     "per_token_cast_fp4",
     "cast_back_fp8",
     "cast_back_fp4",
+    "engram_gate",
 )
 
 
@@ -200,6 +201,11 @@ EXAMPLES = {
         "y_sorted[36608, 7168] token_pos[4096, 8]",
         (36608, 7168, 4096, 8, 4096, 7168),
     ),
+    "engram_gate": (
+        "bf16",
+        "h[16384, 7168] k[16384, 7168] v[16384, 7168] w_h[4, 7168] w_k[4, 7168]",
+        (16384, 7168) * 3 + (4, 7168) * 2 + (16384, 7168, 16384),
+    ),
     "moe_expand": (
         "bf16",
         "x[4096, 7168] idx[4096, 8], num_experts=256, alignment=16",
@@ -223,6 +229,7 @@ WRITES = {
     "per_token_cast_fp4": 0b110,
     "cast_back_fp8": 0b100,
     "cast_back_fp4": 0b100,
+    "engram_gate": 0b1100000,
 }
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
@@ -246,6 +253,8 @@ TORCH_ARGS = {
     "per_token_cast_fp4": "Tensor x, int group_size=32, str scale_format='ue8m0'",
     "cast_back": "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
     "ScalarType? out_dtype=None",
+    "engram_gate": "Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
+    "float clamp_value=1e-06",
 }
 # The public op serving each kernel op (its torch custom op).
 PUBLIC = {"cast_back_fp8": "cast_back", "cast_back_fp4": "cast_back"}
@@ -431,6 +440,16 @@ def test_bind_names_the_argument_and_the_tied_size():
         schema.bind({"x": t(3, 64), "weight": t(64, dtype=torch.float32)})
     with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., 2\*H\): its dim -1 is 7"):
         _module("swiglu").SCHEMA.bind({"x": t(2, 7)})
+
+
+def test_bind_takes_the_leading_dims_of_the_first_lead_input(cpu_as_cuda):  # noqa: F811
+    """Several ``*`` names (engram_gate: h's M, v's MV, the weights' GW): the outputs' leading
+    dims are h's, in the generated bind as in bind_checked."""
+    schema = _module("engram_gate").SCHEMA
+    args = {"h": t(2, 4, 64), "k": t(2, 4, 64), "v": t(2, 1, 64), "w_h": t(64), "w_k": t(64)}
+    fast, slow = schema.bind(args), schema.bind_checked(args)
+    assert fast == slow and fast.lead == (2, 4)
+    assert fast.dims == {"M": 8, "H": 64, "MV": 2, "GW": 1}
 
 
 def _params(schema, dtype="bfloat16", **fixed):
