@@ -17,12 +17,16 @@ float64 autograd of the float64 forward: normwise relative error per gradient be
 (bf16) / 1e-5 (fp32), and elementwise within 10x that relative to the gradient's largest
 element. Each test checks which variant served it; the last test checks that every
 engram_gate(_backward) variant built for this GPU was exercised.
+
+Under compute-sanitizer (``TILEAOT_SANITIZE=1``, exported by scripts/sanitize.sh) the shapes
+are cut to at most ``SANITIZE_ELEMENTS`` elements (see ``sized``); the full sizes otherwise.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import os
 
 import pytest
 from _gpu_helpers import assert_every_variant_exercised
@@ -36,6 +40,24 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 OUT_TOL = {"bf16": (1.6e-2, 1e-2), "fp32": (1e-5, 1e-5)}
 GRAD_TOL = {"bf16": 1e-2, "fp32": 1e-5}
 EPS = 1e-6
+# Under the sanitizer every tensor is its own cudaMalloc and several sanitized processes share
+# the GPU: at the full sizes (up to 115 M elements per tensor, float64 references of ~1 GiB
+# each) 32 tests ran out of memory on an H200 (2026-12-02), which left them inconclusive.
+SANITIZE = os.environ.get("TILEAOT_SANITIZE") == "1"
+SANITIZE_ELEMENTS = 1 << 22
+
+
+def sized(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape`, or under the sanitizer its leading (token) dim cut, odd, to at most about
+    SANITIZE_ELEMENTS elements. The row length and branch count stay, so every variant is
+    still served; backward blocks still own several rows where the full shape has them (a
+    4M-element shape has more rows than an H200's blocks for every H here)."""
+    if not SANITIZE:
+        return shape
+    tokens = min(shape[0], SANITIZE_ELEMENTS // math.prod(shape[1:]) | 1)
+    return (tokens, *shape[1:])
+
+
 SHAPES = [  # input shape; rows = all but the last dim, H = the last
     (37, 2048),
     (1600, 2048),  # > SMs * 4 rows: backward blocks own several rows
@@ -50,6 +72,7 @@ SHAPES = [  # input shape; rows = all but the last dim, H = the last
     (7, 7),
     (2, 3, 129),
 ]
+SHAPES = [sized(s) for s in SHAPES]
 
 
 def _reference_module():
@@ -214,7 +237,7 @@ def test_backward_at_s_zero_is_finite_and_floored(key, n, clamp):
 def test_backward_is_deterministic(key):
     import tileaot
 
-    h, k, v, w_h, w_k = _inputs((3000, 7168), DTYPES[key], seed=1)
+    h, k, v, w_h, w_k = _inputs(sized((3000, 7168)), DTYPES[key], seed=1)
     go = torch.randn_like(h)
     first = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
     second = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
@@ -246,6 +269,7 @@ def test_autograd_matches_the_backward_op(shared):
 # [T, G, H] h with v [T, 1, H] (one value row per token, shared by its G rows).
 SHARED_SHAPES = [(1, 4, 7168), (7, 4, 7168), (4001, 4, 7168), (8001, 2, 2048), (33, 4, 1000),
                  (5, 3, 129)]  # fmt: skip
+SHARED_SHAPES = [sized(s) for s in SHARED_SHAPES]
 
 
 def _shared_inputs(shape, dtype, seed):
@@ -324,6 +348,7 @@ def test_launch_is_ordered_on_the_callers_stream():
 # Per-branch weights [G, H] (TileKernels' weight_hidden / weight_embed).
 BRANCH_SHAPES = [(7, 4, 7168), (1001, 4, 4096), (33, 4, 2048), (3000, 4, 7168), (5, 4, 1000),
                  (3, 2, 129), (1, 1, 7168)]  # fmt: skip
+BRANCH_SHAPES = [sized(s) for s in BRANCH_SHAPES]
 
 
 def _branch_inputs(shape, dtype, seed, shared_v=False):
@@ -390,7 +415,7 @@ def test_per_branch_weights_forward_and_backward(key, shape, shared_v):
 
 
 @pytest.mark.parametrize("key", ["bf16", "fp32"])
-@pytest.mark.parametrize("shape", [(2000, 4, 7168), (300, 4, 1000)], ids=str)
+@pytest.mark.parametrize("shape", [sized((2000, 4, 7168)), (300, 4, 1000)], ids=str)
 def test_clamp_value_forward_and_backward(key, shape):
     """A clamp that catches some rows (|s| is redrawn >= 0.25; clamp 0.5): the gate is
     sigmoid(sign(s) sqrt(clamp)) there and no gradient passes it, as in the reference."""
@@ -436,6 +461,7 @@ def test_matches_tile_kernels_reference_within_its_bounds(tokens, hc, hidden):
     from _tile_kernels import tk
 
     ref_fn = tk("engram").engram_gate_ref
+    tokens = sized((tokens, hc, hidden))[0]
     x, k = (torch.randn(tokens, hc, hidden, dtype=torch.bfloat16, device="cuda") for _ in "xk")
     v = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
     wh, we = (torch.randn(hc, hidden, dtype=torch.bfloat16, device="cuda") for _ in "he")
