@@ -338,13 +338,19 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
     weight-gradient sum kept in ``partial[b, :]`` (L2-resident read-modify-write).
 
     ``width`` (an IntImm or None) is bound here: as a macro argument it would not stay
-    constant. The loops touching the fp32 ``partial`` use 4 elements (``fp32_width``): 8 would
-    mean 32-byte fp32 accesses. So does the grad_h / grad_k loop: at 8 elements TileLang
-    0.1.15 does its fp32 math 8 wide on sm_100a and emits the broadcast of a row scalar as the
-    address of an rvalue (a compile error); its bf16 accesses are therefore 8 bytes wide.
+    constant. The loops doing fp32 vector math on global memory (zeroing ``partial``; grad_h,
+    grad_k and the ``partial`` update) run 4 elements per thread and step (``fp32_layout``, a
+    16-byte fp32 vector), whatever the input dtype: with the 8-element layout of the bf16
+    staging buffers, TileLang 0.1.15 does that math 8 wide on sm_100+ (32-byte vectors of
+    packed float2 ops) and writes the broadcast of a row scalar (``coef``, the 0 stored) as the
+    address of an rvalue, which NVRTC rejects ("expression must be an lvalue"). A given loop
+    layout overrides ``coalesced_width``, so the width is set by the layout. Their bf16
+    accesses are therefore 8 bytes wide; a warp's access is one contiguous 256-byte (bf16) or
+    512-byte (fp32) run. The same layouts on every arch: nothing is special to sm_100+.
     """
     fp32_width = None if width is None else T.int32(4)
     layout = chunk_layout(T, chunk, GENERIC_THREADS, 1 if width is None else int(width))
+    fp32_layout = layout if width is None else chunk_layout(T, chunk, GENERIC_THREADS, 4)
 
     def f32(x):
         return T.cast(x, "float32")
@@ -375,7 +381,7 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
         wrow = T.alloc_var("int32", init=weight_row(T, b, GW))
         T.assume((0 <= wrow) & (wrow < GW))
         for c in T.serial(T.ceildiv(H, chunk)):
-            for j in T.Parallel(chunk, coalesced_width=fp32_width, loop_layout=layout):
+            for j in T.Parallel(chunk, coalesced_width=fp32_width, loop_layout=fp32_layout):
                 if c * chunk + j < H:
                     partial[b, c * chunk + j] = 0
         for i in T.serial(block_rows(T, b, M, B)):
@@ -424,7 +430,7 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
             # Global operands straight in the expressions, no fragment staging (see above for
             # the widths).
             for c in T.serial(T.ceildiv(H, chunk)):
-                for j in T.Parallel(chunk, coalesced_width=fp32_width, loop_layout=layout):
+                for j in T.Parallel(chunk, coalesced_width=fp32_width, loop_layout=fp32_layout):
                     if c * chunk + j < H:
                         col = c * chunk + j
                         grad_h[row, col] = (
