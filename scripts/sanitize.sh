@@ -38,6 +38,7 @@ files=("$@")
 
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
 export TILEAOT_FUZZ_GPU_EXAMPLES=${TILEAOT_FUZZ_GPU_EXAMPLES:-4}  # the GPU fuzz test, per op, shortened
+export TILEAOT_SANITIZE=1  # tests whose full sizes exhaust memory under the sanitizer cut them
 export CACHING_FILES="test_gpu_torch_ops.py test_gpu_reliability.py"
 export SANITIZE_REGEX='^[a-z][a-z0-9_]*_kernel(_[0-9]+)?$'
 

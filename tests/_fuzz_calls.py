@@ -642,11 +642,18 @@ def _engram_inputs(d: Draw) -> tuple[Any, tuple, tuple, dict]:
 
         h, k, v, w_h, w_k = _inputs(shape, dt, d.int(0, 2**16))
         eps = EPS
-    else:
+    else:  # weights (H,) or per branch (shape[-2:]), TileKernels' layout
         h, k, v = (d.randn(shape, dt) for _ in range(3))
-        w_h, w_k = (d.randn((n,), dt, 0.3) + 1 for _ in range(2))
+        wshape = shape[-2:] if len(shape) >= 2 and d.flag() else (n,)
+        w_h, w_k = (d.randn(wshape, dt, 0.3) + 1 for _ in range(2))
         eps = d.pick([1e-6, 0.0, 0.5])
-    return dt, lead, shape, {"h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k, "eps": eps}
+    args = {"h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k, "eps": eps}
+    if d.device != "cuda" and d.flag():  # on the GPU the references use the default (1e-6)
+        args["clamp_value"] = d.pick([0.0, 1e-6, 0.5])
+    return dt, lead, shape, args
+
+
+_ENGRAM_BAD = {"eps": BAD_EPS, "clamp_value": BAD_EPS}
 
 
 def _true_gate(args: dict) -> Any:
@@ -662,7 +669,7 @@ def _engram_slots(c: Call, dt: Any, shape: tuple) -> None:
     # v may also be shared by the rows of shape[-2] (size 1 there): that dim is not bound.
     c.slot(("v",), "v", (dt,), tuple(i for i in every(shape) if i != len(shape) - 2))
     for name in ("w_h", "w_k"):
-        c.slot((name,), name, (dt,), (0,))
+        c.slot((name,), name, (dt,), every(c.args[name].shape))
 
 
 def engram_gate(d: Draw) -> Call:
@@ -670,7 +677,7 @@ def engram_gate(d: Draw) -> Call:
     gate = d.flag()
     args["return_gate"] = gate
     returns = [(shape, dt)] + ([(lead, FP32)] if gate else [])
-    c = Call(args, returns, math.prod(lead) > 0, bad={"eps": BAD_EPS})
+    c = Call(args, returns, math.prod(lead) > 0, bad=_ENGRAM_BAD)
     if gate and d.flag():
         d.outs(c, [("out[0] (out)", shape, dt), ("out[1] (g)", lead, FP32)])
     else:
@@ -697,10 +704,10 @@ def engram_gate_backward(d: Draw) -> Call:
         # g is the forward's saved gate: on the GPU the values are checked, so pass the real one
         # (a random g is a different backward); on the CPU only shapes and refusals matter.
         args["g"] = d.randn(lead, FP32) if d.device != "cuda" else _true_gate(args)
-    n = shape[-1]
+    wshape = args["w_h"].shape
     specs = [(f"out[{i}] (grad_{name})", shape, dt) for i, name in enumerate("hkv")]
-    specs += [("out[3] (grad_w_h)", (n,), dt), ("out[4] (grad_w_k)", (n,), dt)]
-    c = Call(args, [(s, dtype) for _, s, dtype in specs], math.prod(lead) > 0, bad={"eps": BAD_EPS})
+    specs += [("out[3] (grad_w_h)", wshape, dt), ("out[4] (grad_w_k)", wshape, dt)]
+    c = Call(args, [(s, dtype) for _, s, dtype in specs], math.prod(lead) > 0, bad=_ENGRAM_BAD)
     d.outs(c, specs)
     c.slot(("grad_out",), "grad_out", (dt,), every(shape))
     _engram_slots(c, dt, shape)

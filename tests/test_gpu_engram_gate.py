@@ -1,5 +1,8 @@
 """GPU tests of engram_gate and engram_gate_backward against float64 torch math.
 
+TileKernels' semantics (per-branch weights ``[G, H]``, ``clamp_value``); the last tests also
+compare with TileKernels' reference itself on the GPU, within its tests' bounds.
+
 Every key (bf16, fp32) x every variant: the static H (2048, 4096, 7168, with 1 to ~4 rows per
 backward block) and generic H (1000 and 4100: 16-byte vector path for fp32 / bf16 as they
 divide; 7 and 129: the scalar path), 2-D and 3-D ([T, G, H]) inputs, and v shared by the G
@@ -14,12 +17,16 @@ float64 autograd of the float64 forward: normwise relative error per gradient be
 (bf16) / 1e-5 (fp32), and elementwise within 10x that relative to the gradient's largest
 element. Each test checks which variant served it; the last test checks that every
 engram_gate(_backward) variant built for this GPU was exercised.
+
+Under compute-sanitizer (``TILEAOT_SANITIZE=1``, exported by scripts/sanitize.sh) the shapes
+are cut to at most ``SANITIZE_ELEMENTS`` elements (see ``sized``); the full sizes otherwise.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import os
 
 import pytest
 from _gpu_helpers import assert_every_variant_exercised
@@ -33,6 +40,24 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 OUT_TOL = {"bf16": (1.6e-2, 1e-2), "fp32": (1e-5, 1e-5)}
 GRAD_TOL = {"bf16": 1e-2, "fp32": 1e-5}
 EPS = 1e-6
+# Under the sanitizer every tensor is its own cudaMalloc and several sanitized processes share
+# the GPU: at the full sizes (up to 115 M elements per tensor, float64 references of ~1 GiB
+# each) 32 tests ran out of memory on an H200 (2026-12-02), which left them inconclusive.
+SANITIZE = os.environ.get("TILEAOT_SANITIZE") == "1"
+SANITIZE_ELEMENTS = 1 << 22
+
+
+def sized(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape`, or under the sanitizer its leading (token) dim cut, odd, to at most about
+    SANITIZE_ELEMENTS elements. The row length and branch count stay, so every variant is
+    still served; backward blocks still own several rows where the full shape has them (a
+    4M-element shape has more rows than an H200's blocks for every H here)."""
+    if not SANITIZE:
+        return shape
+    tokens = min(shape[0], SANITIZE_ELEMENTS // math.prod(shape[1:]) | 1)
+    return (tokens, *shape[1:])
+
+
 SHAPES = [  # input shape; rows = all but the last dim, H = the last
     (37, 2048),
     (1600, 2048),  # > SMs * 4 rows: backward blocks own several rows
@@ -47,6 +72,7 @@ SHAPES = [  # input shape; rows = all but the last dim, H = the last
     (7, 7),
     (2, 3, 129),
 ]
+SHAPES = [sized(s) for s in SHAPES]
 
 
 def _reference_module():
@@ -62,17 +88,20 @@ def _select(op: str, key: str, shapes: list[tuple[int, ...]]) -> str:
     return native.select(native.lookup(op, key), 0, flat)
 
 
-def _blocks(key: str, rows: int, n: int) -> int:
+def _blocks(key: str, rows: int, n: int, w_rows: int = 1) -> int:
     """The backward's block count, as the wrapper computes it."""
     mod = importlib.import_module("tileaot.engram_gate_backward")
     per_sm = mod._BLOCKS_PER_SM.get((key, n), mod._GENERIC_BLOCKS_PER_SM)
-    return min(rows, mod._sm_count(0) * per_sm)
+    blocks = min(rows, mod._sm_count(0) * per_sm)
+    return blocks - blocks % w_rows
 
 
 def _scaled_dot(h, k, w_h, w_k):
     n = h.shape[-1]
-    a = torch.nn.functional.rms_norm(h.double(), (n,), w_h.double(), EPS)
-    b = torch.nn.functional.rms_norm(k.double(), (n,), w_k.double(), EPS)
+    # The weight multiplies after the norm: torch's rms_norm takes only an (n,) weight, and the
+    # per-branch weights are [hc, n] (broadcast over the tokens).
+    a = torch.nn.functional.rms_norm(h.double(), (n,), None, EPS) * w_h.double()
+    b = torch.nn.functional.rms_norm(k.double(), (n,), None, EPS) * w_k.double()
     return (a * b).sum(-1) / math.sqrt(n)
 
 
@@ -138,7 +167,7 @@ def test_forward(key, shape):
     h, k, v, w_h, w_k = _inputs(shape, dtype, seed=sum(shape))
     n = shape[-1]
     rows = h.numel() // n
-    name = _select("engram_gate", key, [(rows, n)] * 3 + [(n,)] * 2 + [(rows, n), (rows,)])
+    name = _select("engram_gate", key, [(rows, n)] * 3 + [(1, n)] * 2 + [(rows, n), (rows,)])
     SEEN.add(name)
     out = torch.full_like(h, float("nan"))
     g = torch.full(shape[:-1], float("nan"), device="cuda")
@@ -170,7 +199,7 @@ def test_backward(key, shape):
     go = torch.randn(shape, device="cuda", generator=g).to(dtype)
     n = shape[-1]
     rows = h.numel() // n
-    flat = [(rows, n)] * 4 + [(n,)] * 2 + [(rows, n)] * 3 + [(n,)] * 2
+    flat = [(rows, n)] * 4 + [(1, n)] * 2 + [(rows, n)] * 3 + [(1, n)] * 2
     name = _select("engram_gate_backward", key, flat + [(_blocks(key, rows, n), n)])
     SEEN.add(name)
     out = tuple(torch.full_like(x, float("nan")) for x in (h, h, h, w_h, w_k))
@@ -182,11 +211,13 @@ def test_backward(key, shape):
     _check_grads(got, _grads64(*inputs), key, name, fp32)
 
 
+@pytest.mark.parametrize("clamp", [0.0, 1e-6])
 @pytest.mark.parametrize("key", ["bf16", "fp32"])
 @pytest.mark.parametrize("n", [7168, 1000])
-def test_backward_at_s_zero_is_finite_and_floored(key, n):
-    """Zero h rows and zero k rows have s = 0 exactly: the documented floor of the signed-sqrt
-    slope (kernels_py reference, float64) gives finite gradients, which the kernel matches."""
+def test_backward_at_s_zero_is_finite_and_floored(key, n, clamp):
+    """Zero h rows and zero k rows have s = 0 exactly: below a clamp > 0 no gradient passes the
+    gate; with clamp 0 the documented floor of the signed-sqrt slope (kernels_py reference,
+    float64) gives finite gradients. The kernel matches both."""
     import tileaot
 
     bwd = importlib.import_module("kernels_py.engram.engram_gate_backward")
@@ -195,18 +226,18 @@ def test_backward_at_s_zero_is_finite_and_floored(key, n):
     h[3] = 0
     k[10] = 0
     go = torch.randn(64, n, device="cuda").to(dtype)
-    got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
+    got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, clamp_value=clamp)
     torch.cuda.synchronize()
-    want = bwd.reference(go.double(), *(x.double() for x in (h, k, v, w_h, w_k)), EPS)
+    want = bwd.reference(go.double(), *(x.double() for x in (h, k, v, w_h, w_k)), EPS, clamp)
     assert all(torch.isfinite(x).all() for x in got)
-    _check_grads(got, want, key, f"engram_gate_backward {key} H={n} s=0")
+    _check_grads(got, want, key, f"engram_gate_backward {key} H={n} s=0 clamp={clamp}")
 
 
 @pytest.mark.parametrize("key", ["bf16", "fp32"])
 def test_backward_is_deterministic(key):
     import tileaot
 
-    h, k, v, w_h, w_k = _inputs((3000, 7168), DTYPES[key], seed=1)
+    h, k, v, w_h, w_k = _inputs(sized((3000, 7168)), DTYPES[key], seed=1)
     go = torch.randn_like(h)
     first = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
     second = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
@@ -238,6 +269,7 @@ def test_autograd_matches_the_backward_op(shared):
 # [T, G, H] h with v [T, 1, H] (one value row per token, shared by its G rows).
 SHARED_SHAPES = [(1, 4, 7168), (7, 4, 7168), (4001, 4, 7168), (8001, 2, 2048), (33, 4, 1000),
                  (5, 3, 129)]  # fmt: skip
+SHARED_SHAPES = [sized(s) for s in SHARED_SHAPES]
 
 
 def _shared_inputs(shape, dtype, seed):
@@ -311,6 +343,142 @@ def test_launch_is_ordered_on_the_callers_stream():
     ref, _ = _reference_module().reference(src, k, v, w_h, w_k, EPS)
     torch.testing.assert_close(out, ref, rtol=1.6e-2, atol=1e-2)
     assert all(torch.isfinite(x).all() for x in grads)
+
+
+# Per-branch weights [G, H] (TileKernels' weight_hidden / weight_embed).
+BRANCH_SHAPES = [(7, 4, 7168), (1001, 4, 4096), (33, 4, 2048), (3000, 4, 7168), (5, 4, 1000),
+                 (3, 2, 129), (1, 1, 7168)]  # fmt: skip
+BRANCH_SHAPES = [sized(s) for s in BRANCH_SHAPES]
+
+
+def _branch_inputs(shape, dtype, seed, shared_v=False):
+    h, k, v, w_h, w_k = _inputs(shape, dtype, seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    w_h, w_k = (
+        (1 + 0.3 * torch.randn(shape[-2:], device="cuda", generator=gen)).to(dtype) for _ in "hk"
+    )
+    for _ in range(100):  # redraw k where |s| is small, now with the branches' weights
+        small = _scaled_dot(h, k, w_h, w_k).abs() < 0.25
+        if not small.any():
+            break
+        k[small] = torch.randn(int(small.sum()), shape[-1], device="cuda").to(dtype)
+    return h, k, v[..., :1, :].contiguous() if shared_v else v, w_h, w_k
+
+
+@pytest.mark.parametrize("shared_v", [False, True], ids=["v", "shared_v"])
+@pytest.mark.parametrize("key", ["bf16", "fp32"])
+@pytest.mark.parametrize("shape", BRANCH_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_per_branch_weights_forward_and_backward(key, shape, shared_v):
+    import tileaot
+
+    dtype = DTYPES[key]
+    h, k, v, w_h, w_k = _branch_inputs(shape, dtype, sum(shape), shared_v)
+    rows, n, g_ = h.numel() // shape[-1], shape[-1], shape[-2]
+    mv = v.numel() // n
+    name = _select("engram_gate", key, [(rows, n)] * 2 + [(mv, n)] + [(g_, n)] * 2
+                   + [(rows, n), (rows,)])  # fmt: skip
+    SEEN.add(name)
+    out = torch.full_like(h, float("nan"))
+    g = torch.full(shape[:-1], float("nan"), device="cuda")
+    tileaot.engram_gate(h, k, v, w_h, w_k, EPS, return_gate=True, out=(out, g))
+    gen = torch.Generator(device="cuda").manual_seed(17 * sum(shape))
+    go = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    grads = tuple(torch.full_like(x, float("nan")) for x in (h, h, v, w_h, w_k))
+    tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, out=grads)
+    torch.cuda.synchronize()
+    want, want_g = _forward64(*(x.double() for x in (h, k, v, w_h, w_k)))
+    rtol, atol = OUT_TOL[key]
+    torch.testing.assert_close(out.double(), want, rtol=rtol, atol=atol)
+    torch.testing.assert_close(g.double(), want_g, rtol=1e-5, atol=1e-6)
+    inputs = (go, h, k, v, w_h, w_k)
+    fp32 = _grads64(*inputs, dtype=torch.float32) if key == "fp32" else None
+    _check_grads(grads, _grads64(*inputs), key, f"per-branch {key} {shape}", fp32)
+    # The same weight row for every branch gives the shared-weight call's results, bit for bit.
+    same = tuple(w[:1].expand_as(w).contiguous() for w in (w_h, w_k))
+    a = tileaot.engram_gate(h, k, v, *same, EPS)
+    b = tileaot.engram_gate(h, k, v, w_h[0], w_k[0], EPS)
+    ga = tileaot.engram_gate_backward(go, h, k, v, *same, EPS)
+    gb = tileaot.engram_gate_backward(go, h, k, v, w_h[0], w_k[0], EPS)
+    torch.cuda.synchronize()
+    assert torch.equal(a, b)
+    for i in range(3):
+        assert torch.equal(ga[i], gb[i])
+    # Weight gradients: summed per branch, so their sum over branches is the shared one's, up
+    # to one rounding of each stored term (bf16: half an ulp, 2^-9 relative) and fp32 order;
+    # a bound on |differences| relative to each element's own terms, which may cancel.
+    ulp = 2.0**-8 if key == "bf16" else 1e-5
+    for i in (3, 4):
+        terms, shared = ga[i].float(), gb[i].float()
+        bound = ulp * (terms.abs().sum(0) + shared.abs()) + 1e-6
+        excess = (terms.sum(0) - shared).abs() - bound
+        assert excess.max() <= 0, f"grad {i}: {int((excess > 0).sum())} elements off"
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp32"])
+@pytest.mark.parametrize("shape", [sized((2000, 4, 7168)), (300, 4, 1000)], ids=str)
+def test_clamp_value_forward_and_backward(key, shape):
+    """A clamp that catches some rows (|s| is redrawn >= 0.25; clamp 0.5): the gate is
+    sigmoid(sign(s) sqrt(clamp)) there and no gradient passes it, as in the reference."""
+    import tileaot
+
+    bwd = importlib.import_module("kernels_py.engram.engram_gate_backward")
+    dtype = DTYPES[key]
+    h, k, v, w_h, w_k = _branch_inputs(shape, dtype, 3 * sum(shape), shared_v=True)
+    s = _scaled_dot(h, k, w_h, w_k)
+    below = s.abs() < 0.5
+    assert 0 < int(below.sum()) < below.numel()
+    out, g = tileaot.engram_gate(h, k, v, w_h, w_k, EPS, 0.5, return_gate=True)
+    go = torch.randn_like(h)
+    grads = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, clamp_value=0.5)
+    torch.cuda.synchronize()
+    want, want_g = _reference_module().reference(*(x.double() for x in (h, k, v, w_h, w_k)),
+                                                 EPS, 0.5)  # fmt: skip
+    torch.testing.assert_close(g.double(), want_g, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g[below].double(), torch.sigmoid(s.sign() * 0.5**0.5)[below])
+    rtol, atol = OUT_TOL[key]
+    torch.testing.assert_close(out.double(), want, rtol=rtol, atol=atol)
+    want_grads = bwd.reference(go.double(), *(x.double() for x in (h, k, v, w_h, w_k)), EPS, 0.5)
+    _check_grads(grads, want_grads, key, f"clamp 0.5 {key} {shape}")
+    assert (grads[1][below] == 0).all()  # grad_k: only the gate path, closed below the clamp
+
+
+def _calc_diff(x, y):
+    """TileKernels' ``tile_kernels.testing.numeric.calc_diff``."""
+    x, y = x.double(), y.double()
+    denominator = (x * x + y * y).sum()
+    return 0.0 if denominator == 0 else (1 - 2 * (x * y).sum() / denominator).item()
+
+
+@pytest.mark.parametrize("hidden", [2048, 4096, 7168])
+@pytest.mark.parametrize("hc", [1, 4])
+@pytest.mark.parametrize("tokens", [1023, 4096])
+def test_matches_tile_kernels_reference_within_its_bounds(tokens, hc, hidden):
+    """TileKernels' engram tests' data (randn bf16, eps 1e-20, clamp 1e-6) and bounds:
+    calc_diff < 2e-10 for out and the gate, < 1e-8 for grad_x, grad_k, grad_v against autograd
+    of its reference. Our weight gradients are bf16 (the weights' dtype; TileKernels keeps them
+    in float32): their bound is that rounding's, calc_diff < 2e-6."""
+    import tileaot
+    from _tile_kernels import tk
+
+    ref_fn = tk("engram").engram_gate_ref
+    tokens = sized((tokens, hc, hidden))[0]
+    x, k = (torch.randn(tokens, hc, hidden, dtype=torch.bfloat16, device="cuda") for _ in "xk")
+    v = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+    wh, we = (torch.randn(hc, hidden, dtype=torch.bfloat16, device="cuda") for _ in "he")
+    go = torch.randn_like(x)
+    out, g = tileaot.engram_gate(x, k, v[:, None], wh, we, 1e-20, 1e-6, return_gate=True)
+    grads = tileaot.engram_gate_backward(go, x, k, v[:, None], wh, we, 1e-20, clamp_value=1e-6)
+    leaves = [x.clone(), k.clone(), v.clone(), wh.float(), we.float()]
+    for t in leaves:
+        t.requires_grad_(True)
+    want, _dot, want_g, _rx, _rk = ref_fn(*leaves, 1e-6, 1e-20, save_for_backward=True)
+    want.backward(go)
+    assert _calc_diff(out, want) < 2e-10
+    assert _calc_diff(g, want_g) < 2e-10
+    for name, a, leaf in zip(("x", "k", "v", "wh", "we"), grads, leaves, strict=True):
+        bound = 2e-6 if name in ("wh", "we") else 1e-8
+        diff = _calc_diff(a.reshape(leaf.shape), leaf.grad)
+        assert diff < bound, f"grad_{name}: calc_diff {diff:.3e} >= {bound}"
 
 
 def test_every_variant_for_this_gpu_was_exercised():

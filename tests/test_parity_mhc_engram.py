@@ -8,6 +8,11 @@ as its own backward tests use), within the bounds of TileKernels' tests:
 * sinkhorn: ``torch.testing.assert_close`` defaults (float32; ``tests/mhc/test_sinkhorn.py``
   of TileKernels' ports compares kernel and reference, forward and gradient, that way). The
   two algorithms are also compared in float64, where they must agree to rounding (1e-12).
+* engram_gate: ``calc_diff < 2e-10`` for the output and each saved statistic
+  (``tests/engram/test_engram_gate_fwd.py``), ``calc_diff < 1e-8`` for every gradient against
+  autograd of TileKernels' reference with float32 weight leaves
+  (``tests/engram/test_engram_gate_bwd.py``); bf16 inputs, ``eps = 1e-20``, ``clamp = 1e-6``
+  as there, and v ``[T, H]`` there is our shared ``[T, 1, H]``.
 
 Small odd token counts keep the CPU time short; the sizes are the issue's matrix.
 """
@@ -20,12 +25,24 @@ torch = pytest.importorskip("torch")
 
 from _tile_kernels import tk  # noqa: E402
 
+from kernels_py.engram import engram_gate as eg_fwd  # noqa: E402
+from kernels_py.engram import engram_gate_backward as eg_bwd  # noqa: E402
 from kernels_py.mhc import sinkhorn_normalize as sk_fwd  # noqa: E402
 from kernels_py.mhc import sinkhorn_normalize_backward as sk_bwd  # noqa: E402
 
 REPEATS = (1, 10, 20)
 MHC_N = (4, 8)
 TOKENS = (1, 7, 33)
+HC = (1, 4)
+HIDDEN = (2048, 4096, 7168)
+ENGRAM_TOKENS = (1, 5)
+
+
+def calc_diff(x, y):
+    """TileKernels' ``tile_kernels.testing.numeric.calc_diff``: 1 - cosine-like similarity."""
+    x, y = x.double(), y.double()
+    denominator = (x * x + y * y).sum()
+    return 0.0 if denominator == 0 else (1 - 2 * (x * y).sum() / denominator).item()
 
 
 @pytest.fixture(autouse=True)
@@ -72,3 +89,73 @@ def test_sinkhorn_eps_enters_like_tile_kernels(eps):
     torch.testing.assert_close(
         sk_fwd.sinkhorn(logits, 3, eps), ref_fn(logits, 3, eps), rtol=1e-12, atol=1e-12
     )
+
+
+# --------------------------------------------------------------------------- Engram gate
+
+
+def _engram_inputs(tokens, hc, hidden):
+    x, k = (torch.randn(tokens, hc, hidden, dtype=torch.bfloat16) for _ in "xk")
+    v = torch.randn(tokens, hidden, dtype=torch.bfloat16)
+    wh, we = (torch.randn(hc, hidden, dtype=torch.bfloat16) for _ in "he")
+    return x, k, v, wh, we
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("hc", HC)
+@pytest.mark.parametrize("tokens", ENGRAM_TOKENS)
+def test_engram_gate_forward_and_statistics_match_tile_kernels(tokens, hc, hidden):
+    ref_fn = tk("engram").engram_gate_ref
+    x, k, v, wh, we = _engram_inputs(tokens, hc, hidden)
+    want = ref_fn(x, k, v, wh, we, 1e-6, 1e-20, save_for_backward=True)
+    got = eg_fwd.statistics(x, k, v[:, None], wh, we, 1e-20, 1e-6)
+    for name, a, b in zip(("out", "dot", "gate", "rstd_x", "rstd_k"), got, want, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        assert calc_diff(a, b) < 2e-10, (name, calc_diff(a, b))
+    out, g = eg_fwd.reference(x, k, v[:, None], wh, we, 1e-20, 1e-6)
+    assert torch.equal(out, got[0]) and torch.equal(g, got[2])
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("hc", HC)
+@pytest.mark.parametrize("tokens", ENGRAM_TOKENS)
+def test_engram_gate_backward_matches_autograd_of_tile_kernels(tokens, hc, hidden):
+    ref_fn = tk("engram").engram_gate_ref
+    x, k, v, wh, we = _engram_inputs(tokens, hc, hidden)
+    go = torch.randn(tokens, hc, hidden, dtype=torch.bfloat16)
+    # TileKernels' backward test: bf16 leaves for x, k, v; float32 leaves for the weights.
+    leaves = [x.clone(), k.clone(), v.clone(), wh.float(), we.float()]
+    for t in leaves:
+        t.requires_grad_(True)
+    ref_fn(*leaves, 1e-6, 1e-20).backward(go)
+    got = eg_bwd.reference(go, x, k, v[:, None], wh.float(), we.float(), 1e-20, 1e-6)
+    names = ("grad_x", "grad_k", "grad_v", "grad_wh", "grad_we")
+    for name, a, leaf in zip(names, got, leaves, strict=True):
+        b = leaf.grad
+        a = a.reshape(b.shape)  # our shared v's gradient is [T, 1, H]
+        assert a.dtype == b.dtype, name
+        assert calc_diff(a, b) < 1e-8, (name, calc_diff(a, b))
+
+
+def test_engram_gate_clamp_matches_tile_kernels():
+    """A clamp that catches some rows: the gate and the gradients below it as TileKernels'."""
+    ref_fn = tk("engram").engram_gate_ref
+    x, k, v, wh, we = _engram_inputs(64, 4, 256)
+    _, _, g, _, _ = eg_fwd.statistics(x, k, v[:, None], wh, we, 1e-20, 0.0)
+    s = torch.special.logit(g.double()).square()
+    clamp = s.flatten().median().item()
+    got = eg_fwd.statistics(x, k, v[:, None], wh, we, 1e-20, clamp)
+    want = ref_fn(x, k, v, wh, we, clamp, 1e-20, save_for_backward=True)
+    torch.testing.assert_close(got[2], want[2], rtol=0, atol=0)
+    go = torch.randn(64, 4, 256, dtype=torch.bfloat16)
+    # float32 everywhere (TileKernels' reference computes in float32 whatever the input).
+    leaves = [t.float().requires_grad_(True) for t in (x, k, v, wh, we)]
+    ref_fn(*leaves, clamp, 1e-20).backward(go.float())
+    mine = eg_bwd.reference(go.float(), *(t.float() for t in (x, k)), v[:, None].float(),
+                            wh.float(), we.float(), 1e-20, clamp)  # fmt: skip
+    below = (s < clamp).unsqueeze(-1).expand(x.shape)
+    assert 0 < int(below[..., 0].sum()) < 256
+    for a, leaf in zip(mine, leaves, strict=True):
+        torch.testing.assert_close(a.reshape(leaf.shape), leaf.grad, rtol=1e-4, atol=1e-5)
+    # The rows below the clamp: grad_k is 0 in both.
+    assert (mine[1][below] == 0).all() and (leaves[1].grad[below] == 0).all()

@@ -5,6 +5,7 @@ module (tests/_fakes.py: a recording fake `_C`, CPU tensors counted as CUDA)."""
 from __future__ import annotations
 
 import importlib
+import math
 
 import pytest
 
@@ -86,7 +87,34 @@ BAD_CALLS = [
         "f-wh-shape",
         lambda: gate(*with_(3, t(1, 64), 4, 64)),
         ValueError,
-        r"w_h must have shape \(64,\) to match h \(4, 64\); got \(1, 64\)",
+        r"w_h must have shape \(4, 64\) \(one row per branch\) or \(64,\) to match h "
+        r"\(4, 64\); got \(1, 64\)",
+    ),
+    (
+        "f-wh-branches",
+        lambda: gate(*with_(3, t(3, 64), 2, 4, 64)),
+        ValueError,
+        r"w_h must have shape \(4, 64\) \(one row per branch\) or \(64,\) to match h "
+        r"\(2, 4, 64\); got \(3, 64\)",
+    ),
+    (
+        "f-wk-not-wh",
+        lambda: gate(*with_(4, t(4, 64), 2, 4, 64)),
+        ValueError,
+        r"w_k must have the shape of w_h \(64,\); got \(4, 64\)",
+    ),
+    (
+        "f-clamp-neg",
+        lambda: gate(*ins(4, 64), 1e-6, -1.0),
+        ValueError,
+        r"clamp_value must be finite and >= 0",
+    ),
+    ("f-clamp-str", lambda: gate(*ins(4, 64), 1e-6, "0"), TypeError, r"clamp_value must be a real"),
+    (
+        "b-clamp-nan",
+        lambda: gate_bwd(t(4, 64), *ins(4, 64), clamp_value=math.nan),
+        ValueError,
+        r"clamp_value must be finite",
     ),
     ("f-h-strided", lambda: gate(*with_(0, t(64, 4).t(), 4, 64)), ValueError, r"h is not contig"),
     (
@@ -157,7 +185,7 @@ BAD_CALLS = [
         "f-out-pair-len",
         lambda: gate(*ins(4, 64), return_gate=True, out=(t(4, 64),)),
         TypeError,
-        r"out must be a tensor or an \(out, g\) pair; got 1 items",
+        r"out must be a \(out, g\) tuple of tensors; got a tuple of 1",  # the schema's message
     ),
     (
         "f-out-gate-dtype",
@@ -298,8 +326,18 @@ def test_forward_launch_arguments(fake, cpu_as_cuda, shape, key):
     m, n = h.numel() // shape[-1], shape[-1]
     assert fake.lookups == [("engram_gate", key)]
     ptrs = tuple(x.data_ptr() for x in (h, k, v, w_h, w_k, out, g))
-    shapes = (m, n, m, n, m, n, n, n, m, n, m)
-    assert fake.launches == [Launch(1001, 0, STREAM, ptrs, shapes, (1e-5,))]
+    shapes = (m, n, m, n, m, n, 1, n, 1, n, m, n, m)  # (H,) weights: one shared row
+    assert fake.launches == [Launch(1001, 0, STREAM, ptrs, shapes, (1e-5, 1e-6))]
+
+
+def test_forward_per_branch_weights_and_clamp(fake, cpu_as_cuda):
+    h, k, v, _, _ = ins(3, 4, 64)
+    w_h, w_k = t(4, 64), t(4, 64)
+    gate(h, k, v, w_h, w_k, 1e-5, 0.25)
+    (launch,) = fake.launches
+    assert launch.ptrs[3:5] == (w_h.data_ptr(), w_k.data_ptr())
+    assert launch.shapes == (12, 64, 12, 64, 12, 64, 4, 64, 4, 64, 12, 64, 12)
+    assert launch.scalars == (1e-5, 0.25) and [type(x) for x in launch.scalars] == [float] * 2
 
 
 @pytest.mark.parametrize(("shape", "v_shape"), [((3, 4, 64), (3, 1, 64)), ((5, 64), (1, 64))])
@@ -310,7 +348,7 @@ def test_forward_shared_value_passes_its_rows(fake, cpu_as_cuda, shape, v_shape)
     assert out.shape == h.shape
     m, n, mv = h.numel() // shape[-1], shape[-1], v.numel() // shape[-1]
     assert fake.launches[0].ptrs[2] == v.data_ptr()
-    assert fake.launches[0].shapes == (m, n, m, n, mv, n, n, n, m, n, m)
+    assert fake.launches[0].shapes == (m, n, m, n, mv, n, 1, n, 1, n, m, n, m)
 
 
 def test_forward_out_and_default_return(fake, cpu_as_cuda):
@@ -319,7 +357,7 @@ def test_forward_out_and_default_return(fake, cpu_as_cuda):
     assert gate(*x, out=y) is y
     assert fake.launches[0].ptrs[5] == y.data_ptr()
     assert isinstance(gate(*x), torch.Tensor)  # no gate unless asked for
-    assert fake.launches[1].scalars == (1e-6,)
+    assert fake.launches[1].scalars == (1e-6, 1e-6)  # eps, clamp_value: TileKernels' 1e-6
 
 
 def test_forward_out_pair(fake, cpu_as_cuda):
@@ -370,8 +408,34 @@ def test_backward_launch_arguments(fake, cpu_as_cuda, shape, key, blocks, monkey
     m, n = go.numel() // shape[-1], shape[-1]
     assert fake.lookups == [("engram_gate_backward", key)]
     ptrs = tuple(a.data_ptr() for a in (go, *x, *grads, partial))
-    flat = (m, n, m, n, m, n, m, n, n, n, m, n, m, n, m, n, n, n, blocks, n)
-    assert fake.launches == [Launch(1001, 0, STREAM, ptrs, flat, (1e-5,))]
+    flat = (m, n, m, n, m, n, m, n, 1, n, 1, n, m, n, m, n, m, n, 1, n, 1, n, blocks, n)
+    assert fake.launches == [Launch(1001, 0, STREAM, ptrs, flat, (1e-5, 1e-6))]
+
+
+@pytest.mark.parametrize(("tokens", "blocks"), [(1000, SMS * 4), (5, 20), (2, 8)])
+def test_backward_per_branch_weights_use_whole_groups_of_blocks(
+    fake, cpu_as_cuda, tokens, blocks, monkeypatch
+):
+    """Blocks come in groups of one per weight row (B a multiple of G): SMS * 4 = 528 for
+    the generic H = 1000 is one already; fewer rows than that give one block per row."""
+    made = []
+    real_new_empty = torch.Tensor.new_empty
+
+    def new_empty(self, *args, **kwargs):
+        made.append(real_new_empty(self, *args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(torch.Tensor, "new_empty", new_empty)
+    h, k, v, _, _ = ins(tokens, 4, 1000)
+    w_h, w_k = t(4, 1000), t(4, 1000)
+    grads = gate_bwd(t(tokens, 4, 1000), h, k, v, w_h, w_k, clamp_value=0.5)
+    (partial,) = made
+    assert partial.shape == (blocks, 1000) and blocks % 4 == 0
+    assert grads[3].shape == grads[4].shape == (4, 1000)
+    m = tokens * 4
+    assert fake.launches[0].shapes[6:12] == (m, 1000, 4, 1000, 4, 1000)
+    assert fake.launches[0].shapes[18:] == (4, 1000, 4, 1000, blocks, 1000)
+    assert fake.launches[0].scalars == (1e-6, 0.5)
 
 
 def test_backward_shared_value_sums_each_tokens_row_terms(fake, cpu_as_cuda, monkeypatch):
@@ -450,7 +514,7 @@ def test_autograd_records_forward_and_runs_backward(fake, cpu_as_cuda):
     assert fake.lookups == [("engram_gate", "bf16"), ("engram_gate_backward", "bf16")]
     launch = fake.launches[1]
     assert launch.ptrs[1:6] == tuple(x.data_ptr() for x in (h, k, v, w_h, w_k))
-    assert launch.scalars == (1e-5,)
+    assert launch.scalars == (1e-5, 1e-6)
     assert h.grad.shape == h.shape and w_k.grad.shape == w_k.shape
     assert k.grad is None and v.grad is None and w_h.grad is None
 

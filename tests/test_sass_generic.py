@@ -135,3 +135,28 @@ def test_generic_swiglu_streams_16_byte_vectors(tmp_path):
     blocks = _blocks_per_sm(swiglu.THREADS, usage)
     in_flight = blocks * swiglu.THREADS * 2 * rows * 16
     assert in_flight >= MIN_BYTES_IN_FLIGHT, (usage, blocks, in_flight)
+
+
+@needs_tilelang
+@needs_cuobjdump
+def test_generic_engram_gate_streams_16_byte_vectors(tmp_path):
+    """The aligned path with its loop layouts given (kernels_py/engram chunk_layout): h, k (the
+    sums), h, v (the output) in 16-byte loads, GENERIC_UNROLL of each per chunk; out stored so."""
+    from kernels_py.engram import engram_gate
+
+    sass, _ = _sass(engram_gate.factory(arch="sm_90a", dtype="bfloat16"), "eg_g", tmp_path)
+    acc = _accesses(sass)
+    unroll = engram_gate.GENERIC_UNROLL
+    assert acc["ld128"] >= 4 * unroll and acc["st128"] >= unroll, acc
+
+
+@needs_tilelang
+@needs_cuobjdump
+def test_generic_engram_gate_backward_streams_16_byte_vectors(tmp_path):
+    """go, h, k, v (the row sums) in 16-byte loads; grad_v and the fp32 partial sums stored so."""
+    from kernels_py.engram import engram_gate_backward
+
+    func = engram_gate_backward.factory(arch="sm_90a", dtype="bfloat16")
+    sass, _ = _sass(func, "egb_g", tmp_path)
+    acc = _accesses(sass)
+    assert acc["ld128"] >= 4 and acc["st128"] >= 2, acc

@@ -1,17 +1,22 @@
 """Engram gate, forward: a gated residual with one scalar gate per row (DeepSeek Engram).
 
-For each row of h, k (``[M, H]``; the Python layer flattens ``[T, G, H]`` to rows) and its row
-of v::
+TileKernels' semantics (`tile-kernels` 1.0.0: `tile_kernels.torch.engram.engram_gate_ref`,
+`tile_kernels.modeling.engram.engram_gate`). For each row of h, k (``[M, H]``; the Python
+layer flattens ``[T, G, H]`` to rows), its weight row ``w_* [row % GW]`` (``GW = G``: one
+weight per hyper-connection branch, as TileKernels; ``GW = 1``: one weight shared by every
+row) and its row of v, in float32::
 
-    a   = rmsnorm(h) * w_h           rmsnorm(x) = x / sqrt(mean(x^2) + eps)
-    b   = rmsnorm(k) * w_k
-    s   = <a, b> / sqrt(H)
-    g   = sigmoid(signed_sqrt(s))    signed_sqrt(s) = sign(s) * sqrt(|s|)
-    out = h + g * v
+    rstd_h = rsqrt(sum(h^2) / H + eps),  rstd_k = rsqrt(sum(k^2) / H + eps)
+    dot    = sum(h * (w_h * w_k) * k)                    # the raw, unnormalised dot
+    s      = dot * rstd_h * rstd_k / sqrt(H)
+    g      = sigmoid(sign(s) * sqrt(max(|s|, clamp)))
+    out    = h + g * v                                    # the product rounded, then the sum
 
-All math is fp32; ``out`` is stored in h's dtype and ``g`` (fp32, one per row) is stored too,
-for callers that want it. Since ``<a, b> = rstd_h * rstd_k * sum(h * w_h * k * w_k)``, one
-pass over the row gives all three sums (sum h^2, sum k^2, the weighted dot).
+``out`` is stored in h's dtype and ``g`` (fp32, one per row) is stored too, for callers that
+want it. One pass over the row gives all three sums. The order of evaluation is TileKernels'
+(the fused weight ``w_h * w_k`` is exact in fp32 for bf16 weights; the products
+``(h * w) * k`` as its kernel forms them; ``g * v`` rounded before the add, as its reference
+does: no FMA there) so that bf16 outputs round as TileKernels' reference's do.
 
 Memory-bound: one read of h, k, v and one write of out (weights are re-read from L1/L2).
 
@@ -50,8 +55,9 @@ MAX_ROW_THREADS = 256
 
 
 def factory(arch: str, dtype: str, H: int | None = None):
-    """TileLang prim_func ``(h, k [M, H], v [MV, H], w_h, w_k [H], out [M, H], gate [M] fp32,
-    eps)``; v is h's rows (MV = M) or shared by runs of M / MV rows (see ``value_row``).
+    """TileLang prim_func ``(h, k [M, H], v [MV, H], w_h, w_k [GW, H], out [M, H], g [M]
+    fp32, eps, clamp)``; v is h's rows (MV = M) or shared by runs of M / MV rows (see
+    ``value_row``); row r uses weight row ``r % GW``.
 
     The same code serves every CUDA arch, so ``arch`` only takes part in the interface.
     """
@@ -91,10 +97,36 @@ def value_row(T, row, M, MV):
     return T.min(T.truncdiv(row, group), MV - 1)
 
 
-def gate_of(T, s):
-    """sigmoid(sign(s) * sqrt(|s|)) as a TileLang expression (fp32)."""
-    z = T.copysign(T.sqrt(T.abs(s)), s)
+def weight_row(T, row, GW):
+    """The weight row of h's row `row`: ``row % GW`` (its branch; 0 for shared weights)."""
+    return T.truncmod(row, T.max(GW, 1))
+
+
+def gate_of(T, s, clamp):
+    """sigmoid(sign(s) * sqrt(max(|s|, clamp))) as a TileLang expression (fp32).
+
+    ``sign(0) = 0`` as in torch: a row with s = 0 gets the gate 1/2 whatever `clamp` is.
+    """
+    z = T.if_then_else(s == 0.0, 0.0, T.copysign(T.sqrt(T.max(T.abs(s), clamp)), s))
     return 1.0 / (1.0 + T.exp(-z))
+
+
+def chunk_layout(T, chunk: int, threads: int, step: int):
+    """The layout of one row chunk of a generic kernel: runs of `step` consecutive elements
+    (one 16-byte vector on the aligned path, one element on the unaligned one) dealt to the
+    `threads` threads in turn, as coalesced access wants.
+
+    Every T.Parallel loop and per-chunk fragment of the generic kernels is given it, so that
+    TileLang's layout inference has nothing to search. Left to infer them it tries candidate
+    layouts for each loop under its vectoriser's proofs, Z3 queries over the dynamic H, and
+    took minutes per arch (the forward's aligned path alone: 37 s of CPU against 14 s given
+    the layout, for the identical CUDA source).
+    """
+    return T.Fragment(
+        (chunk,),
+        forward_thread_fn=lambda j: (j // step) % threads,
+        forward_index_fn=lambda j: (j // (step * threads)) * step + j % step,
+    )
 
 
 def _static(dtype: str, n: int):
@@ -105,21 +137,23 @@ def _static(dtype: str, n: int):
     L = threads * vec  # elements one pass of the block covers
     C = n // L  # vectors per thread per row
     width = T.int32(vec)  # coalesced_width must be an IntImm, not a Python int
-    inv_n = 1.0 / n
+    n_f = T.float32(n)
     inv_sqrt_n = 1.0 / math.sqrt(n)
     M = T.dynamic("M")
     MV = T.dynamic("MV")
+    GW = T.dynamic("GW")
 
     @T.prim_func
     def engram_gate(
         h: T.Tensor((M, n), dtype),
         k: T.Tensor((M, n), dtype),
         v: T.Tensor((MV, n), dtype),
-        w_h: T.Tensor((n,), dtype),
-        w_k: T.Tensor((n,), dtype),
+        w_h: T.Tensor((GW, n), dtype),
+        w_k: T.Tensor((GW, n), dtype),
         out: T.Tensor((M, n), dtype),
-        gate: T.Tensor((M,), "float32"),
+        g: T.Tensor((M,), "float32"),
         eps: T.float32,
+        clamp: T.float32,
     ):
         with T.Kernel(M, threads=threads) as row:
             # 512 threads per SM at least (4 rows of 128 threads: 128 registers, no spills).
@@ -133,9 +167,11 @@ def _static(dtype: str, n: int):
             sum_h = T.alloc_fragment((1,), "float32")
             sum_k = T.alloc_fragment((1,), "float32")
             sum_d = T.alloc_fragment((1,), "float32")
-            g = T.alloc_fragment((1,), "float32")
+            gr = T.alloc_fragment((1,), "float32")
             vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
             T.assume((0 <= vrow) & (vrow < MV))
+            wrow = T.alloc_var("int32", init=weight_row(T, row, GW))
+            T.assume((0 <= wrow) & (wrow < GW))
             # All loads first (v too), so a thread has the whole row in flight at once.
             for c, j in T.Parallel(C, L, coalesced_width=width):
                 hr[c, j] = h[row, c * L + j]
@@ -148,25 +184,33 @@ def _static(dtype: str, n: int):
                 for j in T.Parallel(L, coalesced_width=width):
                     hf = T.cast(hr[c, j], "float32")
                     kf = T.cast(kr[c, j], "float32")
-                    ww = T.cast(w_h[c * L + j], "float32") * T.cast(w_k[c * L + j], "float32")
+                    ww = T.cast(w_h[wrow, c * L + j], "float32") * T.cast(
+                        w_k[wrow, c * L + j], "float32"
+                    )
                     acc_h[j] += hf * hf
                     acc_k[j] += kf * kf
-                    acc_d[j] += hf * kf * ww
+                    acc_d[j] += hf * ww * kf
             T.reduce_sum(acc_h, sum_h, dim=0)
             T.reduce_sum(acc_k, sum_k, dim=0)
             T.reduce_sum(acc_d, sum_d, dim=0)
-            g[0] = gate_of(
+            gr[0] = gate_of(
                 T,
                 sum_d[0]
-                * T.rsqrt(sum_h[0] * inv_n + eps)
-                * T.rsqrt(sum_k[0] * inv_n + eps)
+                * T.rsqrt(sum_h[0] / n_f + eps)
+                * T.rsqrt(sum_k[0] / n_f + eps)
                 * inv_sqrt_n,
+                clamp,
             )
-            gate[row] = g[0]
-            for c, j in T.Parallel(C, L, coalesced_width=width):
-                out[row, c * L + j] = T.cast(hr[c, j], "float32") + g[0] * T.cast(
-                    vr[c, j], "float32"
+            g[row] = gr[0]
+            # out in place of h in registers (__fmul_rn: no FMA, g * v rounded first; the call
+            # would keep a loop touching global memory from vectorising), then 16-byte stores.
+            for c, j in T.Parallel(C, L):
+                hr[c, j] = T.cast(
+                    T.cast(hr[c, j], "float32") + T.ieee_mul(gr[0], T.cast(vr[c, j], "float32")),
+                    dtype,
                 )
+            for c, j in T.Parallel(C, L, coalesced_width=width):
+                out[row, c * L + j] = hr[c, j]
 
     return engram_gate
 
@@ -177,20 +221,22 @@ def _generic(dtype: str):
     vec = 16 // ITEMSIZE[dtype]
     M = T.dynamic("M")
     MV = T.dynamic("MV")
+    GW = T.dynamic("GW")
     H = T.dynamic("H")
-    vec_rows = _row_pass(T, H, GENERIC_THREADS * vec * GENERIC_UNROLL, T.int32(vec))
-    scalar_rows = _row_pass(T, H, GENERIC_THREADS * SCALAR_PER_THREAD, None)
+    vec_rows = _row_pass(T, H, GW, GENERIC_THREADS * vec * GENERIC_UNROLL, T.int32(vec))
+    scalar_rows = _row_pass(T, H, GW, GENERIC_THREADS * SCALAR_PER_THREAD, None)
 
     @T.prim_func
     def engram_gate(
         h: T.Tensor((M, H), dtype),
         k: T.Tensor((M, H), dtype),
         v: T.Tensor((MV, H), dtype),
-        w_h: T.Tensor((H,), dtype),
-        w_k: T.Tensor((H,), dtype),
+        w_h: T.Tensor((GW, H), dtype),
+        w_k: T.Tensor((GW, H), dtype),
         out: T.Tensor((M, H), dtype),
-        gate: T.Tensor((M,), "float32"),
+        g: T.Tensor((M,), "float32"),
         eps: T.float32,
+        clamp: T.float32,
     ):
         with T.Kernel(M, threads=GENERIC_THREADS) as row:
             vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
@@ -198,31 +244,39 @@ def _generic(dtype: str):
             if H % vec == 0:
                 # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
                 T.assume(H % vec == 0)
-                vec_rows(h, k, v, w_h, w_k, out, gate, eps, row, vrow)
+                vec_rows(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow)
             else:
-                scalar_rows(h, k, v, w_h, w_k, out, gate, eps, row, vrow)
+                scalar_rows(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow)
 
     return engram_gate
 
 
-def _row_pass(T, H, chunk: int, width):
+def _row_pass(T, H, GW, chunk: int, width):
     """Macro gating one row of dynamic length H, ``chunk`` elements per step.
 
     ``width`` (an IntImm or None) is the loops' coalesced_width; it is bound here rather than
-    passed as a macro argument because macro arguments reach the loop as non-constants.
+    passed as a macro argument because macro arguments reach the loop as non-constants. The
+    weight row is bound (and its range assumed) inside the macro: an assume made outside does
+    not reach a macro argument, and the bounds check it leaves costs the loop its vectors.
     """
 
+    layout = chunk_layout(T, chunk, GENERIC_THREADS, 1 if width is None else int(width))
+
     @T.macro
-    def gate_row(h, k, v, w_h, w_k, out, gate, eps, row, vrow):
-        hb = T.alloc_fragment((chunk,), h.dtype)
-        kb = T.alloc_fragment((chunk,), h.dtype)
+    def gate_row(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow):
+        wrow = T.alloc_var("int32", init=weight_row(T, row, GW))
+        T.assume((0 <= wrow) & (wrow < GW))
+        staged = ()  # the aligned path's 16-byte staging buffers (of h and k, then h and v)
+        if width is not None:
+            staged = hb, kb = (T.alloc_fragment((chunk,), h.dtype) for _ in range(2))
         acc_h = T.alloc_fragment((chunk,), "float32")
         acc_k = T.alloc_fragment((chunk,), "float32")
         acc_d = T.alloc_fragment((chunk,), "float32")
         sum_h = T.alloc_fragment((1,), "float32")
         sum_k = T.alloc_fragment((1,), "float32")
         sum_d = T.alloc_fragment((1,), "float32")
-        g = T.alloc_fragment((1,), "float32")
+        gr = T.alloc_fragment((1,), "float32")
+        T.annotate_layout({x: layout for x in (*staged, acc_h, acc_k, acc_d)})
         # Pass 1: per-thread partial sums, then block all-reduces. The chunk is loaded into
         # fragments of the input dtype first: the fp32 accumulation would otherwise limit the
         # loads to 4 elements.
@@ -230,55 +284,84 @@ def _row_pass(T, H, chunk: int, width):
         T.clear(acc_k)
         T.clear(acc_d)
         for c in T.serial(T.ceildiv(H, chunk)):
-            for j in T.Parallel(chunk, coalesced_width=width):
-                hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
-                kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
-            for j in T.Parallel(chunk, coalesced_width=width):
+            if width is not None:
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
+                    hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
+                    kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
+            for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
                 if c * chunk + j < H:
-                    hf = T.cast(hb[j], "float32")
-                    kf = T.cast(kb[j], "float32")
-                    ww = T.cast(w_h[c * chunk + j], "float32") * T.cast(
-                        w_k[c * chunk + j], "float32"
+                    # The unaligned path reads global memory here: element accesses need no
+                    # staging, and each guarded staging loop costs the lowering time.
+                    hf = T.cast(hb[j] if width is not None else h[row, c * chunk + j], "float32")
+                    kf = T.cast(kb[j] if width is not None else k[row, c * chunk + j], "float32")
+                    ww = T.cast(w_h[wrow, c * chunk + j], "float32") * T.cast(
+                        w_k[wrow, c * chunk + j], "float32"
                     )
                     acc_h[j] += hf * hf
                     acc_k[j] += kf * kf
-                    acc_d[j] += hf * kf * ww
+                    acc_d[j] += hf * ww * kf
         T.reduce_sum(acc_h, sum_h, dim=0)
         T.reduce_sum(acc_k, sum_k, dim=0)
         T.reduce_sum(acc_d, sum_d, dim=0)
         n = T.cast(H, "float32")
-        g[0] = gate_of(
+        gr[0] = gate_of(
             T,
             sum_d[0] * T.rsqrt(sum_h[0] / n + eps) * T.rsqrt(sum_k[0] / n + eps) * T.rsqrt(n),
+            clamp,
         )
-        gate[row] = g[0]
-        # Pass 2: re-read h (L1/L2 hit), read v, store.
+        g[row] = gr[0]
+        # Pass 2: re-read h (L1/L2 hit), read v, store; staged in registers so that the loads
+        # and stores stay vectorised around __fmul_rn (g * v rounded first: no FMA).
         for c in T.serial(T.ceildiv(H, chunk)):
-            for j in T.Parallel(chunk, coalesced_width=width):
-                if c * chunk + j < H:
-                    col = c * chunk + j
-                    out[row, col] = T.cast(h[row, col], "float32") + g[0] * T.cast(
-                        v[vrow, col], "float32"
+            if width is None:
+                for j in T.Parallel(chunk, loop_layout=layout):
+                    if c * chunk + j < H:
+                        out[row, c * chunk + j] = T.cast(
+                            T.cast(h[row, c * chunk + j], "float32")
+                            + T.ieee_mul(gr[0], T.cast(v[vrow, c * chunk + j], "float32")),
+                            h.dtype,
+                        )
+            else:
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
+                    hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
+                    kb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
+                for j in T.Parallel(chunk, loop_layout=layout):
+                    hb[j] = T.cast(
+                        T.cast(hb[j], "float32") + T.ieee_mul(gr[0], T.cast(kb[j], "float32")),
+                        h.dtype,
                     )
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
+                    if c * chunk + j < H:
+                        out[row, c * chunk + j] = hb[j]
 
     return gate_row
 
 
-def reference(h, k, v, w_h, w_k, eps: float = 1e-6):
-    """torch reference ``(out, g)``: rows are the last dim; fp32 math (fp64 for fp64 inputs).
+def reference(h, k, v, w_h, w_k, eps: float = 1e-6, clamp_value: float = 1e-6):
+    """torch reference ``(out, g)``, TileKernels' ``engram_gate_ref`` evaluated the same way.
 
-    ``out`` has h's dtype, ``g`` (shape ``h.shape[:-1]``) is fp32 (fp64 for fp64 inputs).
+    Rows are the last dim. ``w_h``/``w_k`` are ``(H,)`` (shared) or ``h.shape[-2:]`` (one
+    row per branch); they broadcast. v has h's shape or ``[..., 1, H]``. fp32 math (fp64 for
+    fp64 inputs); ``out`` has h's dtype, ``g`` (shape ``h.shape[:-1]``) the math dtype.
     """
+    out, _dot, g, _rh, _rk = statistics(h, k, v, w_h, w_k, eps, clamp_value)
+    return out, g
+
+
+def statistics(h, k, v, w_h, w_k, eps: float = 1e-6, clamp_value: float = 1e-6):
+    """``(out, dot, g, rstd_h, rstd_k)`` as TileKernels' reference with ``save_for_backward``:
+    ``dot`` is the raw ``sum(h * w_h * k * w_k)`` per row."""
     import torch
 
     ct = torch.float64 if h.dtype == torch.float64 else torch.float32
-    hf, kf, vf = h.to(ct), k.to(ct), v.to(ct)
-    a = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * w_h.to(ct)
-    b = kf * torch.rsqrt(kf.pow(2).mean(-1, keepdim=True) + eps) * w_k.to(ct)
-    s = (a * b).sum(-1) / math.sqrt(h.shape[-1])
-    g = torch.sigmoid(torch.sign(s) * torch.sqrt(s.abs()))
-    out = hf + g.unsqueeze(-1) * vf  # v [..., 1, H] (shared by a token's rows) broadcasts
-    return out.to(h.dtype), g
+    x, kf = h.to(ct), k.to(ct)
+    rh = torch.rsqrt(x.pow(2).mean(-1) + eps)
+    rk = torch.rsqrt(kf.pow(2).mean(-1) + eps)
+    dot = torch.einsum("...d,...d->...", x * w_h.to(ct), kf * w_k.to(ct))
+    s = dot * rh * rk * h.shape[-1] ** -0.5
+    g = (s.abs().clamp_min(clamp_value).sqrt() * s.sign()).sigmoid()
+    out = x + g.unsqueeze(-1) * v.to(ct)  # v [..., 1, H] (shared by a token's rows) broadcasts
+    return out.to(h.dtype), dot, g, rh, rk
 
 
 SPEC = KernelSpec(
@@ -287,7 +370,7 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"H": n} for n in STATIC_H)),
     reference=reference,
-    doc="out = h + sigmoid(signed_sqrt(<rmsnorm(h) w_h, rmsnorm(k) w_k> / sqrt(H))) * v; "
-    "h, k [M, H], v [M, H] or shared by runs of rows [MV, H], w_h, w_k [H]; also the gate [M] "
-    "(fp32).",
+    doc="TileKernels' engram gate: out = h + sigmoid(signed_sqrt(max(|s|, clamp))) * v, "
+    "s = <rmsnorm(h) w_h, rmsnorm(k) w_k> / sqrt(H); h, k [M, H], v [M, H] or shared by runs of "
+    "rows [MV, H], w_h, w_k [GW, H] (per branch, or GW = 1); also the gate [M] (fp32).",
 )

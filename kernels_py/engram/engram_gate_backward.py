@@ -1,39 +1,45 @@
 """Engram gate, backward: the gradients of ``out = h + g * v`` (see engram_gate.py).
 
-Per row, with ``rh = rsqrt(mean(h^2) + eps)``, ``rk`` likewise, ``s`` the scaled dot, ``g`` the
-gate and ``go`` the incoming gradient (derivation in ``reference``)::
+TileKernels' semantics (autograd of `tile_kernels.torch.engram.engram_gate_ref`: per-branch
+weights, ``clamp_value``). Per row, with ``rh = rsqrt(mean(h^2) + eps)``, ``rk`` likewise,
+``s`` the scaled dot, ``g`` the gate, ``w_* = w_*[row % GW]`` its weight row and ``go`` the
+incoming gradient (derivation in ``reference``)::
 
     dg     = <go, v>
-    ds     = dg * g * (1 - g) * 0.5 / sqrt(max(|s|, S_FLOOR))
+    ds     = 0 if |s| < clamp, else dg * g * (1 - g) * 0.5 / sqrt(max(|s|, S_FLOOR))
     c      = ds / sqrt(H)
     alpha  = c * rh * rk,   beta_h = c * rh^2 * s / sqrt(H),   beta_k = c * rk^2 * s / sqrt(H)
     grad_v = g * go
     grad_h = go + alpha * k * w_h * w_k - beta_h * h
     grad_k =      alpha * h * w_h * w_k - beta_k * k
-    P     += alpha * h * k                  (summed over rows)
-    grad_w_h = w_k * P,   grad_w_k = w_h * P
+    P     += alpha * h * k                  (summed over the rows of each weight row)
+    grad_w_h = w_k * P,   grad_w_k = w_h * P   ([GW, H])
 
 v may be shared by runs of rows (``[MV, H]``, see engram_gate.py ``value_row``): ``dg`` reads
 the row's v row, and ``grad_v`` stays per row of h (``[M, H]``, each row's ``g * go``); the
 Python layer sums each run into the shared row's gradient.
 
-signed_sqrt has an infinite slope at s = 0. Its derivative is taken as
-``0.5 / sqrt(max(|s|, S_FLOOR))`` (exact for |s| >= 1e-6, at most 500): finite gradients for
-rows with s = 0 (e.g. a zero h or k row), the same convention in ``reference``.
+Below ``clamp`` the gate is constant (``sqrt(clamp)`` with the sign of s), so ``ds = 0``, as in
+TileKernels. With ``clamp < S_FLOOR`` (1e-6), where signed_sqrt's slope is unbounded near
+s = 0, the slope is taken as ``0.5 / sqrt(max(|s|, S_FLOOR))`` (at most 500): finite gradients
+for rows with tiny s, the same convention in ``reference`` (TileKernels' autograd would give
+values up to infinity there; with its default clamp of 1e-6 the two agree everywhere).
 
 The weight gradients are row reductions, done deterministically (no float atomics) by two
 kernels in one launch sequence:
 
 1. ``B`` thread blocks (``B`` = the first dim of the fp32 scratch ``partial[B, H]``, chosen by
-   the caller: a few blocks per SM) each own rows ``b, b + B, b + 2B, ...``. Per row they read
+   the caller: a few blocks per SM, a multiple of ``GW``) each own the rows of one weight row
+   ``wb = b % GW``: rows ``b, b + B, b + 2B, ...`` (all ``wb`` modulo GW, as B is a multiple
+   of GW: the tokens ``b // GW + i * (B / GW)``' rows of branch wb). Per row they read
    go, h, k, v once, write grad_h, grad_k, grad_v, and add ``alpha * h * k`` into the block's
    running sum ``P_b``. Static H keeps go, h and k in registers (one HBM read per element; v
    is only needed for ``<go, v>`` and is streamed), ``w_h * w_k`` (fp32, loaded once per
    block) and ``P_b`` in shared memory. Generic H makes two passes over each row (the second
    hits L1/L2) and keeps ``P_b`` in its ``partial`` row (L2-resident read-modify-write).
    Each block finally owns ``partial[b, :]``.
-2. A small kernel sums ``partial`` over ``b`` per column, in a fixed order, and writes
-   ``grad_w_h``, ``grad_w_k`` in the weights' dtype.
+2. A small kernel sums ``partial`` over the blocks ``b`` of each weight row per column, in a
+   fixed order, and writes ``grad_w_h``, ``grad_w_k`` ``[GW, H]`` in the weights' dtype.
 
 Loops touching global memory carry ``coalesced_width`` = one 16-byte vector (sm_100a, see
 engram_gate.py). Base pointers must be 16-byte aligned. Access widths (bf16): go, h, k and
@@ -46,7 +52,16 @@ the grad_h / grad_k stores are 8 bytes wide (still whole 32-byte sectors per war
 import math
 
 from ..spec import KernelSpec
-from .engram_gate import DTYPES, ITEMSIZE, STATIC_H, gate_of, row_threads, value_row
+from .engram_gate import (
+    DTYPES,
+    ITEMSIZE,
+    STATIC_H,
+    chunk_layout,
+    gate_of,
+    row_threads,
+    value_row,
+    weight_row,
+)
 
 S_FLOOR = 1e-6  # |s| floor in d signed_sqrt / ds
 
@@ -77,9 +92,10 @@ def blocks_per_sm(dtype: str, H: int | None) -> int:
 
 
 def factory(arch: str, dtype: str, H: int | None = None):
-    """TileLang prim_func ``(grad_out, h, k [M, H], v [MV, H], w_h, w_k [H], grad_h, grad_k,
-    grad_v [M, H], grad_w_h, grad_w_k [H], partial [B, H] fp32, eps)``; two kernels, run in
-    order. ``grad_v`` is per row of h (summed per shared v row by the caller).
+    """TileLang prim_func ``(grad_out, h, k [M, H], v [MV, H], w_h, w_k [GW, H], grad_h, grad_k,
+    grad_v [M, H], grad_w_h, grad_w_k [GW, H], partial [B, H] fp32, eps, clamp)``; two
+    kernels, run in order; B is a multiple of GW. ``grad_v`` is per row of h (summed per
+    shared v row by the caller).
 
     The same code serves every CUDA arch, so ``arch`` only takes part in the interface.
     """
@@ -88,9 +104,17 @@ def factory(arch: str, dtype: str, H: int | None = None):
     return _generic(dtype) if H is None else _static(dtype, H)
 
 
-def slope(T, dg, g, s):
-    """dL/ds = dL/dg * sigmoid' * d signed_sqrt/ds, the last floored (see the docstring)."""
-    return dg * g * (1.0 - g) * 0.5 * T.rsqrt(T.max(T.abs(s), S_FLOOR))
+def slope(T, dg, g, s, clamp):
+    """dL/ds = dL/dg * sigmoid' * d signed_sqrt/ds: 0 below `clamp`, floored (see the docstring)."""
+    return T.if_then_else(
+        T.abs(s) < clamp, 0.0, dg * g * (1.0 - g) * 0.5 * T.rsqrt(T.max(T.abs(s), S_FLOOR))
+    )
+
+
+def block_rows(T, b, M, B):
+    """The number of rows of block `b`: rows ``b, b + B, b + 2B, ...`` below M (B is a
+    multiple of GW, so they share the weight row ``b % GW``)."""
+    return T.ceildiv(M - b, B)
 
 
 def _static(dtype: str, n: int):
@@ -101,13 +125,14 @@ def _static(dtype: str, n: int):
     L = threads * vec
     C = n // L
     width = T.int32(vec)
-    inv_n = 1.0 / n
+    n_f = T.float32(n)
     inv_sqrt_n = 1.0 / math.sqrt(n)
     min_blocks = BLOCKS_PER_SM[(dtype, n)]
     M = T.dynamic("M")
     MV = T.dynamic("MV")
+    GW = T.dynamic("GW")
     B = T.dynamic("B")
-    reduce_partials = _reduce_kernel(T, n, B)
+    reduce_partials = _reduce_kernel(T, n, B, GW)
 
     def f32(x):
         return T.cast(x, "float32")
@@ -118,15 +143,16 @@ def _static(dtype: str, n: int):
         h: T.Tensor((M, n), dtype),
         k: T.Tensor((M, n), dtype),
         v: T.Tensor((MV, n), dtype),
-        w_h: T.Tensor((n,), dtype),
-        w_k: T.Tensor((n,), dtype),
+        w_h: T.Tensor((GW, n), dtype),
+        w_k: T.Tensor((GW, n), dtype),
         grad_h: T.Tensor((M, n), dtype),
         grad_k: T.Tensor((M, n), dtype),
         grad_v: T.Tensor((M, n), dtype),
-        grad_w_h: T.Tensor((n,), dtype),
-        grad_w_k: T.Tensor((n,), dtype),
+        grad_w_h: T.Tensor((GW, n), dtype),
+        grad_w_k: T.Tensor((GW, n), dtype),
         partial: T.Tensor((B, n), "float32"),
         eps: T.float32,
+        clamp: T.float32,
     ):
         with T.Kernel(B, threads=threads) as b:
             T.annotate_min_blocks_per_sm(min_blocks)
@@ -151,10 +177,12 @@ def _static(dtype: str, n: int):
             coef_k = T.alloc_fragment((1,), "float32")
             pacc = T.alloc_shared((C, L), "float32")
             wws = T.alloc_shared((C, L), "float32")
+            wrow = T.alloc_var("int32", init=weight_row(T, b, GW))
+            T.assume((0 <= wrow) & (wrow < GW))
             T.clear(pacc)
             for c, j in T.Parallel(C, L, coalesced_width=width):
-                wws[c, j] = f32(w_h[c * L + j]) * f32(w_k[c * L + j])
-            for i in T.serial(T.ceildiv(M - b, B)):
+                wws[c, j] = f32(w_h[wrow, c * L + j]) * f32(w_k[wrow, c * L + j])
+            for i in T.serial(block_rows(T, b, M, B)):
                 row = b + i * B
                 vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
                 T.assume((0 <= vrow) & (vrow < MV))
@@ -170,7 +198,7 @@ def _static(dtype: str, n: int):
                     for j in T.Parallel(L, coalesced_width=width):
                         acc_h[j] += f32(hr[c, j]) * f32(hr[c, j])
                         acc_k[j] += f32(kr[c, j]) * f32(kr[c, j])
-                        acc_d[j] += f32(hr[c, j]) * f32(kr[c, j]) * wws[c, j]
+                        acc_d[j] += f32(hr[c, j]) * wws[c, j] * f32(kr[c, j])
                 # dg = <go, v>: its own loop, v's row by case. Indexing v by h's row when v has
                 # h's shape lets v share the other tensors' row offset: with one v address of
                 # its own (vrow) the H=7168 bf16 variant spilled 4x more and ran 29 % slower.
@@ -187,11 +215,11 @@ def _static(dtype: str, n: int):
                 T.reduce_sum(acc_k, sum_k, dim=0)
                 T.reduce_sum(acc_d, sum_d, dim=0)
                 T.reduce_sum(acc_g, sum_g, dim=0)
-                rh[0] = T.rsqrt(sum_h[0] * inv_n + eps)
-                rk[0] = T.rsqrt(sum_k[0] * inv_n + eps)
+                rh[0] = T.rsqrt(sum_h[0] / n_f + eps)
+                rk[0] = T.rsqrt(sum_k[0] / n_f + eps)
                 s[0] = sum_d[0] * rh[0] * rk[0] * inv_sqrt_n
-                g[0] = gate_of(T, s[0])
-                cs[0] = slope(T, sum_g[0], g[0], s[0]) * inv_sqrt_n  # c = dL/ds / sqrt(H)
+                g[0] = gate_of(T, s[0], clamp)
+                cs[0] = slope(T, sum_g[0], g[0], s[0], clamp) * inv_sqrt_n  # c = dL/ds / sqrt(H)
                 # alpha = c rh rk; beta_h = c rh^2 s / sqrt(H); beta_k = c rk^2 s / sqrt(H)
                 coef[0] = cs[0] * rh[0] * rk[0]
                 coef_h[0] = cs[0] * rh[0] * rh[0] * s[0] * inv_sqrt_n
@@ -220,25 +248,39 @@ def _static(dtype: str, n: int):
     return engram_gate_backward
 
 
-def _reduce_kernel(T, n, B):
-    """Macro: a kernel summing ``partial[B, n]`` over its rows into the weight gradients."""
+def _reduce_kernel(T, n, B, GW):
+    """Macro: a kernel summing ``partial[B, n]`` over the blocks of each weight row (``b % GW``)
+    into the weight gradients ``[GW, n]``."""
+
+    # The layouts inference picks, given so that a dynamic H costs it no search (see
+    # engram_gate.chunk_layout): for static H each thread sums a 16-byte run of a partial row;
+    # for dynamic H (element accesses under the bounds check) each lane sums one column.
+    if isinstance(n, int):
+        runs = RED_COLS // 4
+        thread, index = (lambda gi, j: gi * runs + j // 4), (lambda gi, j: j % 4)
+    else:
+        rows = RED_THREADS // RED_COLS  # partial rows one pass of the block covers
+        thread, index = (lambda gi, j: gi % rows * RED_COLS + j), (lambda gi, j: gi // rows)
+    layout = T.Fragment((RED_GROUPS, RED_COLS), forward_thread_fn=thread, forward_index_fn=index)
 
     @T.macro
     def reduce_partials(partial, w_h, w_k, grad_w_h, grad_w_k):
-        with T.Kernel(T.ceildiv(n, RED_COLS), threads=RED_THREADS) as bx:
+        with T.Kernel(T.ceildiv(n, RED_COLS), GW, threads=RED_THREADS) as (bx, wb):
             acc = T.alloc_fragment((RED_GROUPS, RED_COLS), "float32")
             tot = T.alloc_fragment((RED_COLS,), "float32")
+            T.annotate_layout({acc: layout})
+            per = T.truncdiv(B, T.max(GW, 1))  # blocks of weight row wb: wb + GW * r
             T.clear(acc)
-            for r in T.serial(T.ceildiv(B, RED_GROUPS)):
-                for gi, j in T.Parallel(RED_GROUPS, RED_COLS):
-                    if (r * RED_GROUPS + gi < B) & (bx * RED_COLS + j < n):
-                        acc[gi, j] += partial[r * RED_GROUPS + gi, bx * RED_COLS + j]
+            for r in T.serial(T.ceildiv(per, RED_GROUPS)):
+                for gi, j in T.Parallel(RED_GROUPS, RED_COLS, loop_layout=layout):
+                    if (r * RED_GROUPS + gi < per) & (bx * RED_COLS + j < n):
+                        acc[gi, j] += partial[wb + GW * (r * RED_GROUPS + gi), bx * RED_COLS + j]
             T.reduce_sum(acc, tot, dim=0)
             for j in T.Parallel(RED_COLS):
                 if bx * RED_COLS + j < n:
                     col = bx * RED_COLS + j
-                    grad_w_h[col] = tot[j] * T.cast(w_k[col], "float32")
-                    grad_w_k[col] = tot[j] * T.cast(w_h[col], "float32")
+                    grad_w_h[wb, col] = tot[j] * T.cast(w_k[wb, col], "float32")
+                    grad_w_k[wb, col] = tot[j] * T.cast(w_h[wb, col], "float32")
 
     return reduce_partials
 
@@ -249,11 +291,12 @@ def _generic(dtype: str):
     vec = 16 // ITEMSIZE[dtype]
     M = T.dynamic("M")
     MV = T.dynamic("MV")
+    GW = T.dynamic("GW")
     H = T.dynamic("H")
     B = T.dynamic("B")
-    vec_rows = _row_loop(T, M, MV, H, B, GENERIC_THREADS * vec, T.int32(vec))
-    scalar_rows = _row_loop(T, M, MV, H, B, GENERIC_THREADS * SCALAR_PER_THREAD, None)
-    reduce_partials = _reduce_kernel(T, H, B)
+    vec_rows = _row_loop(T, M, MV, GW, H, B, GENERIC_THREADS * vec, T.int32(vec))
+    scalar_rows = _row_loop(T, M, MV, GW, H, B, GENERIC_THREADS * SCALAR_PER_THREAD, None)
+    reduce_partials = _reduce_kernel(T, H, B, GW)
 
     @T.prim_func
     def engram_gate_backward(
@@ -261,51 +304,62 @@ def _generic(dtype: str):
         h: T.Tensor((M, H), dtype),
         k: T.Tensor((M, H), dtype),
         v: T.Tensor((MV, H), dtype),
-        w_h: T.Tensor((H,), dtype),
-        w_k: T.Tensor((H,), dtype),
+        w_h: T.Tensor((GW, H), dtype),
+        w_k: T.Tensor((GW, H), dtype),
         grad_h: T.Tensor((M, H), dtype),
         grad_k: T.Tensor((M, H), dtype),
         grad_v: T.Tensor((M, H), dtype),
-        grad_w_h: T.Tensor((H,), dtype),
-        grad_w_k: T.Tensor((H,), dtype),
+        grad_w_h: T.Tensor((GW, H), dtype),
+        grad_w_k: T.Tensor((GW, H), dtype),
         partial: T.Tensor((B, H), "float32"),
         eps: T.float32,
+        clamp: T.float32,
     ):
         with T.Kernel(B, threads=GENERIC_THREADS) as b:
             T.annotate_min_blocks_per_sm(GENERIC_BLOCKS_PER_SM)
             if H % vec == 0:
                 # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
                 T.assume(H % vec == 0)
-                vec_rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, b)
+                vec_rows(
+                    grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, clamp, b
+                )
             else:
-                scalar_rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, b)
+                scalar_rows(
+                    grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, clamp, b
+                )
 
         reduce_partials(partial, w_h, w_k, grad_w_h, grad_w_k)
 
     return engram_gate_backward
 
 
-def _row_loop(T, M, MV, H, B, chunk: int, width):
+def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
     """Macro: block ``b``'s rows for dynamic H, two passes per row in ``chunk`` steps, its
     weight-gradient sum kept in ``partial[b, :]`` (L2-resident read-modify-write).
 
     ``width`` (an IntImm or None) is bound here: as a macro argument it would not stay
-    constant. The loops touching the fp32 ``partial`` use 4 elements (``fp32_width``): 8 would
-    mean 32-byte fp32 accesses. So does the grad_h / grad_k loop: at 8 elements TileLang
-    0.1.15 does its fp32 math 8 wide on sm_100a and emits the broadcast of a row scalar as the
-    address of an rvalue (a compile error); its bf16 accesses are therefore 8 bytes wide.
+    constant. The loops doing fp32 vector math on global memory (zeroing ``partial``; grad_h,
+    grad_k and the ``partial`` update) run 4 elements per thread and step (``fp32_layout``, a
+    16-byte fp32 vector), whatever the input dtype: with the 8-element layout of the bf16
+    staging buffers, TileLang 0.1.15 does that math 8 wide on sm_100+ (32-byte vectors of
+    packed float2 ops) and writes the broadcast of a row scalar (``coef``, the 0 stored) as the
+    address of an rvalue, which NVRTC rejects ("expression must be an lvalue"). A given loop
+    layout overrides ``coalesced_width``, so the width is set by the layout. Their bf16
+    accesses are therefore 8 bytes wide; a warp's access is one contiguous 256-byte (bf16) or
+    512-byte (fp32) run. The same layouts on every arch: nothing is special to sm_100+.
     """
     fp32_width = None if width is None else T.int32(4)
+    layout = chunk_layout(T, chunk, GENERIC_THREADS, 1 if width is None else int(width))
+    fp32_layout = layout if width is None else chunk_layout(T, chunk, GENERIC_THREADS, 4)
 
     def f32(x):
         return T.cast(x, "float32")
 
     @T.macro
-    def rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, b):
-        gb = T.alloc_fragment((chunk,), h.dtype)
-        hb = T.alloc_fragment((chunk,), h.dtype)
-        kb = T.alloc_fragment((chunk,), h.dtype)
-        vb = T.alloc_fragment((chunk,), h.dtype)
+    def rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, clamp, b):
+        staged = ()  # the aligned path's 16-byte staging buffers of go, h, k, v
+        if width is not None:
+            staged = gb, hb, kb, vb = (T.alloc_fragment((chunk,), h.dtype) for _ in range(4))
         acc_h = T.alloc_fragment((chunk,), "float32")
         acc_k = T.alloc_fragment((chunk,), "float32")
         acc_d = T.alloc_fragment((chunk,), "float32")
@@ -322,12 +376,15 @@ def _row_loop(T, M, MV, H, B, chunk: int, width):
         coef = T.alloc_fragment((1,), "float32")
         coef_h = T.alloc_fragment((1,), "float32")
         coef_k = T.alloc_fragment((1,), "float32")
+        T.annotate_layout({x: layout for x in (*staged, acc_h, acc_k, acc_d, acc_g)})
         n = T.cast(H, "float32")
+        wrow = T.alloc_var("int32", init=weight_row(T, b, GW))
+        T.assume((0 <= wrow) & (wrow < GW))
         for c in T.serial(T.ceildiv(H, chunk)):
-            for j in T.Parallel(chunk, coalesced_width=fp32_width):
+            for j in T.Parallel(chunk, coalesced_width=fp32_width, loop_layout=fp32_layout):
                 if c * chunk + j < H:
                     partial[b, c * chunk + j] = 0
-        for i in T.serial(T.ceildiv(M - b, B)):
+        for i in T.serial(block_rows(T, b, M, B)):
             row = b + i * B
             vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
             T.assume((0 <= vrow) & (vrow < MV))
@@ -338,22 +395,25 @@ def _row_loop(T, M, MV, H, B, chunk: int, width):
             T.clear(acc_d)
             T.clear(acc_g)
             for c in T.serial(T.ceildiv(H, chunk)):
-                for j in T.Parallel(chunk, coalesced_width=width):
-                    gb[j] = T.if_then_else(c * chunk + j < H, grad_out[row, c * chunk + j], 0)
-                    hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
-                    kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
-                    vb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
-                for j in T.Parallel(chunk, coalesced_width=width):
+                if width is not None:
+                    for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
+                        gb[j] = T.if_then_else(c * chunk + j < H, grad_out[row, c * chunk + j], 0)
+                        hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
+                        kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
+                        vb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
                     if c * chunk + j < H:
-                        acc_h[j] += f32(hb[j]) * f32(hb[j])
-                        acc_k[j] += f32(kb[j]) * f32(kb[j])
-                        acc_d[j] += (
-                            f32(hb[j])
-                            * f32(kb[j])
-                            * f32(w_h[c * chunk + j])
-                            * f32(w_k[c * chunk + j])
-                        )
-                        acc_g[j] += f32(gb[j]) * f32(vb[j])
+                        col = c * chunk + j
+                        # The unaligned path reads global memory here (no staging: see
+                        # engram_gate._row_pass).
+                        gf = f32(gb[j] if width is not None else grad_out[row, col])
+                        hf = f32(hb[j] if width is not None else h[row, col])
+                        kf = f32(kb[j] if width is not None else k[row, col])
+                        vf = f32(vb[j] if width is not None else v[vrow, col])
+                        acc_h[j] += hf * hf
+                        acc_k[j] += kf * kf
+                        acc_d[j] += hf * (f32(w_h[wrow, col]) * f32(w_k[wrow, col])) * kf
+                        acc_g[j] += gf * vf
             T.reduce_sum(acc_h, sum_h, dim=0)
             T.reduce_sum(acc_k, sum_k, dim=0)
             T.reduce_sum(acc_d, sum_d, dim=0)
@@ -361,8 +421,8 @@ def _row_loop(T, M, MV, H, B, chunk: int, width):
             rh[0] = T.rsqrt(sum_h[0] / n + eps)
             rk[0] = T.rsqrt(sum_k[0] / n + eps)
             s[0] = sum_d[0] * rh[0] * rk[0] * T.rsqrt(n)
-            g[0] = gate_of(T, s[0])
-            cs[0] = slope(T, sum_g[0], g[0], s[0]) * T.rsqrt(n)
+            g[0] = gate_of(T, s[0], clamp)
+            cs[0] = slope(T, sum_g[0], g[0], s[0], clamp) * T.rsqrt(n)
             coef[0] = cs[0] * rh[0] * rk[0]
             coef_h[0] = cs[0] * rh[0] * rh[0] * s[0] * T.rsqrt(n)
             coef_k[0] = cs[0] * rk[0] * rk[0] * s[0] * T.rsqrt(n)
@@ -370,58 +430,86 @@ def _row_loop(T, M, MV, H, B, chunk: int, width):
             # Global operands straight in the expressions, no fragment staging (see above for
             # the widths).
             for c in T.serial(T.ceildiv(H, chunk)):
-                for j in T.Parallel(chunk, coalesced_width=fp32_width):
+                for j in T.Parallel(chunk, coalesced_width=fp32_width, loop_layout=fp32_layout):
                     if c * chunk + j < H:
                         col = c * chunk + j
                         grad_h[row, col] = (
                             f32(grad_out[row, col])
-                            + coef[0] * f32(k[row, col]) * f32(w_h[col]) * f32(w_k[col])
+                            + coef[0] * f32(k[row, col]) * f32(w_h[wrow, col]) * f32(w_k[wrow, col])
                             - coef_h[0] * f32(h[row, col])
                         )
-                        grad_k[row, col] = coef[0] * f32(h[row, col]) * f32(w_h[col]) * f32(
-                            w_k[col]
+                        grad_k[row, col] = coef[0] * f32(h[row, col]) * f32(w_h[wrow, col]) * f32(
+                            w_k[wrow, col]
                         ) - coef_k[0] * f32(k[row, col])
                         partial[b, col] += coef[0] * f32(h[row, col]) * f32(k[row, col])
-                for j in T.Parallel(chunk, coalesced_width=width):
+                for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
                     if c * chunk + j < H:
                         grad_v[row, c * chunk + j] = g[0] * f32(grad_out[row, c * chunk + j])
 
     return rows
 
 
-def reference(grad_out, h, k, v, w_h, w_k, eps: float = 1e-6):
-    """Hand-derived gradients ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)`` in torch.
+def reference(grad_out, h, k, v, w_h, w_k, eps: float = 1e-6, clamp_value: float = 1e-6):
+    """``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)``: autograd of TileKernels' reference.
 
-    fp32 math (fp64 for fp64 inputs); rows are the last dim, every leading dim is a row dim.
-    With n = rmsnorm(h) (so a = n * w_h), m = rmsnorm(k) (b = m * w_k) and a row's ds:
-    ``dL/da = ds * b / sqrt(H)``; RMSNorm's backward ``dh = rh * (dn - n * mean(dn * n))`` with
-    ``dn = dL/da * w_h`` gives ``mean(dn * n) = ds * s / H``, hence the closed forms in the
-    module docstring, and ``dL/dw_h = sum_rows dL/da * n = w_k * sum_rows alpha * h * k``.
+    The graph of ``tile_kernels.torch.engram.engram_gate_ref`` rebuilt op for op (fp32 math,
+    fp64 for fp64 inputs), so that autograd accumulates every gradient in TileKernels' order;
+    only signed_sqrt's derivative is ours (``signed_sqrt_fn``: identical for ``clamp_value >=
+    1e-6``, floored below). Rows are the last dim, every leading dim is a row dim;
+    ``w_h``/``w_k`` are ``(H,)`` or ``h.shape[-2:]`` and their gradients have their shapes and
+    dtype; the other gradients have h's dtype (rounded once). The closed forms of the module
+    docstring are what this computes (tests/test_kernels_cpu_engram_gate.py checks them
+    against an independent float64 autograd).
     """
     import torch
 
     ct = torch.float64 if h.dtype == torch.float64 else torch.float32
-    go, hf, kf, vf = grad_out.to(ct), h.to(ct), k.to(ct), v.to(ct)
-    wh, wk = w_h.to(ct), w_k.to(ct)
-    n = h.shape[-1]
-    rh = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
-    rk = torch.rsqrt(kf.pow(2).mean(-1, keepdim=True) + eps)
-    s = (hf * wh * kf * wk).sum(-1, keepdim=True) * rh * rk / math.sqrt(n)
-    g = torch.sigmoid(torch.sign(s) * torch.sqrt(s.abs()))
-    dg = (go * vf).sum(-1, keepdim=True)
-    c = dg * g * (1 - g) * 0.5 * torch.rsqrt(s.abs().clamp(min=S_FLOOR)) / math.sqrt(n)
-    alpha = c * rh * rk
-    grad_h = go + alpha * kf * wh * wk - c * rh * rh * s / math.sqrt(n) * hf
-    grad_k = alpha * hf * wh * wk - c * rk * rk * s / math.sqrt(n) * kf
-    grad_v = (g * go).sum_to_size(v.shape)  # a shared v ([..., 1, H]) sums its rows' terms
-    p = (alpha * hf * kf).reshape(-1, n).sum(0)
-    return (
-        grad_h.to(h.dtype),
-        grad_k.to(h.dtype),
-        grad_v.to(h.dtype),
-        (wk * p).to(w_h.dtype),
-        (wh * p).to(w_h.dtype),
-    )
+    with torch.enable_grad():
+        leaves = [t.detach().to(ct).requires_grad_(True) for t in (h, k, v, w_h, w_k)]
+        x, kf, vf, wh, wk = leaves
+        rh = torch.rsqrt(x.pow(2).mean(-1) + eps)
+        rk = torch.rsqrt(kf.pow(2).mean(-1) + eps)
+        dot = torch.einsum("...d,...d->...", x * wh, kf * wk)
+        s = dot * rh * rk * h.shape[-1] ** -0.5
+        g = signed_sqrt_fn().apply(s, clamp_value).sigmoid()
+        out = x + g.unsqueeze(-1) * vf
+        grads = torch.autograd.grad(out, leaves, grad_out.to(ct))
+    return tuple(gr.to(t.dtype) for gr, t in zip(grads, (h, k, v, w_h, w_k), strict=True))
+
+
+_SIGNED_SQRT = None
+
+
+def signed_sqrt_fn():
+    """``sign(s) * sqrt(max(|s|, clamp))`` as a torch.autograd.Function (built on first use).
+
+    Its backward is torch's for TileKernels' expression (``clamp_min``'s mask ``|s| >= clamp``,
+    ``sqrt``'s ``grad / (2 * result)``, the signs) with the result floored at
+    ``sqrt(S_FLOOR)``: the same numbers for ``clamp >= S_FLOOR``, finite ones below; and at
+    ``s = 0`` with ``clamp = 0`` (where torch's is NaN) the floored slope ``grad / (2 *
+    sqrt(S_FLOOR))``, as the kernel computes.
+    """
+    global _SIGNED_SQRT
+    if _SIGNED_SQRT is None:
+        import torch
+
+        class SignedSqrt(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, s, clamp):
+                ctx.save_for_backward(s)
+                ctx.clamp = clamp
+                return s.abs().clamp_min(clamp).sqrt() * s.sign()
+
+            @staticmethod
+            def backward(ctx, grad):
+                (s,) = ctx.saved_tensors
+                sign = torch.where(s == 0, 1.0, s.sign())  # s = 0 only passes for clamp = 0
+                root = s.abs().clamp_min(max(ctx.clamp, S_FLOOR)).sqrt()
+                mask = s.abs() >= ctx.clamp
+                return (grad * sign) / (2 * root) * mask * sign, None
+
+        _SIGNED_SQRT = SignedSqrt
+    return _SIGNED_SQRT
 
 
 SPEC = KernelSpec(
@@ -430,6 +518,7 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"H": n} for n in STATIC_H)),
     reference=reference,
-    doc="(grad_h, grad_k, grad_v, grad_w_h, grad_w_k) of engram_gate; scratch partial[B, H] "
-    "fp32 (B blocks, deterministic two-kernel weight-gradient reduction).",
+    doc="(grad_h, grad_k, grad_v, grad_w_h, grad_w_k) of engram_gate (TileKernels' semantics: "
+    "weights [GW, H], clamp); scratch partial[B, H] fp32 (B blocks, a multiple of GW; "
+    "deterministic two-kernel weight-gradient reduction).",
 )

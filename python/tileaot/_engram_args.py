@@ -12,13 +12,27 @@ _INF = float("inf")
 _INPUTS = ("h", "k", "v", "w_h", "w_k")
 
 
-def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any):
-    """Shared by forward and backward: shapes, memory and eps (dtypes are checked before).
+def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any, clamp: Any):
+    """The backward's checks: `check_shapes`, then memory (device, layout, size).
 
-    Returns ``(rows, H, v_rows, device, eps)``: v_rows is rows unless v is shared.
+    Returns ``(rows, H, v_rows, w_rows, device, eps, clamp)``.
+    """
+    rows, n, v_rows, w_rows, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp)
+    device = _validate.check_memory(_INPUTS, (h, k, v, w_h, w_k))
+    return rows, n, v_rows, w_rows, device, eps, clamp
+
+
+def check_shapes(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any, clamp: Any):
+    """Shared by forward and backward: how the shapes relate, eps and clamp_value (dtypes are
+    checked before; the forward's schema checks memory).
+
+    Returns ``(rows, H, v_rows, w_rows, eps, clamp)``: v_rows is rows unless v is shared;
+    w_rows is G for per-branch weights ``[G, H]``, 1 for shared ones ``(H,)``.
     """
     if type(eps) is not float or not 0.0 <= eps < _INF:
         eps = _validate.nonneg_float("eps", eps)
+    if type(clamp) is not float or not 0.0 <= clamp < _INF:
+        clamp = _validate.nonneg_float("clamp_value", clamp)
     shape = h.shape
     if not shape:
         raise ValueError("h must have shape (..., H); got a 0-d tensor")
@@ -31,13 +45,18 @@ def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any):
     if k.shape != shape:
         raise ValueError(f"k must have the shape of h {tuple(shape)}; got {tuple(k.shape)}")
     v_rows = _value_rows(shape, v.shape)
-    for name, t in (("w_h", w_h), ("w_k", w_k)):
-        if t.shape != (n,):
-            raise ValueError(
-                f"{name} must have shape ({n},) to match h {tuple(shape)}; got {tuple(t.shape)}"
-            )
-    device = _validate.check_memory(_INPUTS, (h, k, v, w_h, w_k))
-    return h.numel() // n, n, v_rows, device, eps
+    per_branch = tuple(shape[-2:]) if len(shape) >= 2 else None
+    if tuple(w_h.shape) not in ((n,), per_branch):
+        what = f"{per_branch} (one row per branch) or ({n},)" if per_branch else f"({n},)"
+        raise ValueError(
+            f"w_h must have shape {what} to match h {tuple(shape)}; got {tuple(w_h.shape)}"
+        )
+    if w_k.shape != w_h.shape:
+        raise ValueError(
+            f"w_k must have the shape of w_h {tuple(w_h.shape)}; got {tuple(w_k.shape)}"
+        )
+    w_rows = 1 if w_h.dim() == 1 else shape[-2]
+    return h.numel() // n, n, v_rows, w_rows, eps, clamp
 
 
 def _value_rows(shape: tuple, v_shape: tuple) -> int:

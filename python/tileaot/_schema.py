@@ -919,7 +919,8 @@ def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
         n = len(fixed)
         if t.lead and t.dims[0].name not in dims:
             dims[t.dims[0].name] = f"prod(s{i}[:len(s{i}) - {n}])"
-            dims["__lead__"] = f"s{i}[:len(s{i}) - {n}]"
+            # the outputs' leading dims: the first ``*`` input's, as bind_checked takes them
+            dims.setdefault("__lead__", f"s{i}[:len(s{i}) - {n}]")
         elif t.lead:  # a size bound before: these leading dims must match it
             checks.append(
                 f"    if prod(s{i}[:len(s{i}) - {n}]) != {dims[t.dims[0].name]}:\n"

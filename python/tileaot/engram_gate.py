@@ -1,18 +1,31 @@
-"""Engram gate: a gated residual ``h + g * v`` with one gate per row (op "engram_gate")."""
+"""Engram gate: a gated residual ``h + g * v`` with one gate per row (op "engram_gate").
+
+TileKernels' semantics (`tile-kernels` 1.0.0, `tile_kernels.modeling.engram.engram_gate`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
-from ._engram_args import _INF, _INPUTS, check_inputs
+from ._engram_args import _INF, _INPUTS, check_shapes
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "engram_gate"
-_DTYPES = ("bf16", "fp32")
-_WRITES_OUT_GATE = 0b1100000  # `_lib.fast`: tensors (h, k, v, w_h, w_k, out, gate)
+# The kernel's view: rows of h, k [M, H]; v [MV, H] (MV = M, or one row per token when shared);
+# weights [GW, H] (GW = G per branch, 1 for shared (H,) weights). The schema checks dtypes,
+# device and layout; how v's and the weights' shapes relate to h's is check_shapes' to say.
+SCHEMA = OpSchema(
+    _OP,
+    "h[*M, H]: T, k[*M, H]: T, v[*MV, H]: T, w_h[*GW, H]: T, w_k[*GW, H]: T"
+    " -> out[*M, H]: T, g[*M]: fp32; eps: float32, clamp: float32",
+    dtypes={"T": ("bf16", "fp32")},
+    example={"M": 4 * 4096, "H": 7168, "MV": 4 * 4096, "GW": 4},  # h [4096, 4, 7168]
+)
+_WRITES = SCHEMA.writes  # the short path's output bits (out, g)
+_DTYPES = SCHEMA.dtypes["T"]
 
 
 def engram_gate(
@@ -22,19 +35,27 @@ def engram_gate(
     w_h: torch.Tensor,
     w_k: torch.Tensor,
     eps: float = 1e-6,
+    clamp_value: float = 1e-6,
     *,
     return_gate: bool = False,
     out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """DeepSeek Engram's gated residual: ``out = h + g * v`` with one scalar gate per row.
 
-    Rows are the last dimension (``H``); for each row, in float32::
+    TileKernels' engram gate (``tile_kernels.modeling.engram.engram_gate``, reference
+    ``tile_kernels.torch.engram.engram_gate_ref``): per-branch RMSNorm weights and a clamp.
+    Rows are the last dimension (``H``); for each row, with its weight rows ``w_h``, ``w_k``
+    (the row's branch's, or the shared ones), in float32::
 
         a   = h / sqrt(mean(h**2) + eps) * w_h          # RMSNorm of h
         b   = k / sqrt(mean(k**2) + eps) * w_k          # RMSNorm of k
         s   = sum(a * b) / sqrt(H)
-        g   = sigmoid(sign(s) * sqrt(|s|))
+        g   = sigmoid(sign(s) * sqrt(max(|s|, clamp_value)))
         out = h + g * v                                  # stored in h's dtype
+
+    evaluated in TileKernels' order (``s = sum(h * (w_h * w_k) * k) * rstd_h * rstd_k /
+    sqrt(H)``; ``g * v`` rounded before the add, as its reference does), so that bf16 outputs
+    stay within TileKernels' test bound (``calc_diff < 2e-10``) of its reference.
 
     Differentiable: when autograd is on and an input requires grad, the call is recorded and
     its backward runs :func:`tileaot.engram_gate_backward` (first-order gradients only).
@@ -48,9 +69,15 @@ def engram_gate(
             h's shape with the second-to-last dim 1 (``[T, 1, H]`` for ``[T, G, H]`` h): one
             value row shared by the G rows of a token, as Engram with hyper-connections uses
             it (a key per branch, one value per token). It broadcasts as in torch.
-        w_h: RMSNorm weight of `h`, shape ``(H,)``, same dtype and device, contiguous, aligned.
-        w_k: RMSNorm weight of `k`, shape ``(H,)``, same dtype and device, contiguous, aligned.
+        w_h: RMSNorm weight of `h`: ``h.shape[-2:]`` (``[G, H]``: one weight row per branch,
+            TileKernels' ``weight_hidden``) or ``(H,)`` (one row shared by every row); same
+            dtype and device as `h`, contiguous, aligned.
+        w_k: RMSNorm weight of `k` (TileKernels' ``weight_embed``), the shape of `w_h`, same
+            dtype and device, contiguous, aligned.
         eps: added to each mean square before the square root; a finite float >= 0.
+        clamp_value: ``|s|`` is raised to at least this before the square root (TileKernels'
+            ``clamp_value``; its kernels' default 1e-6); below it the gate is constant and its
+            gradient 0. A finite float >= 0.
         return_gate: also return the gate ``g`` (float32, shape ``h.shape[:-1]``). It is not
             differentiable (no gradient flows back through it).
         out: optional tensor to write `out` into instead of allocating: same shape, dtype and
@@ -65,13 +92,14 @@ def engram_gate(
 
     Raises:
         TypeError: an input or `out` is not a tensor (or, with ``return_gate=True``, an
-            ``(out, g)`` pair), has an unsupported dtype, or the dtypes differ; `eps` is not a
-            real number.
+            ``(out, g)`` pair), has an unsupported dtype, or the dtypes differ; `eps` or
+            `clamp_value` is not a real number.
         ValueError: `h` is 0-d or ``H == 0``; `k` differs from `h` in shape, `v` has neither
-            h's shape nor the shared one; `w_h`/`w_k` are
-            not ``(H,)``; a tensor is not on a CUDA device, not on the device of `h`, not
-            contiguous or not 16-byte aligned; a dimension or element count reaches 2**31;
-            `out` has the wrong shape or overlaps an input; `eps` < 0.
+            h's shape nor the shared one; `w_h`/`w_k` are neither ``(H,)`` nor
+            ``h.shape[-2:]``, or differ in shape; a tensor is not on a CUDA device, not on
+            the device of `h`, not contiguous or not 16-byte aligned; a dimension or element
+            count reaches 2**31; `out` has the wrong shape or overlaps an input; `eps` or
+            `clamp_value` < 0 or not finite.
         RuntimeError: `out` is given while autograd records the call.
         ImportError: the native module is not built (a source checkout).
         tileaot.VariantMissError: this wheel has no variant for the dtype, shape or GPU.
@@ -89,8 +117,8 @@ def engram_gate(
         >>> T, G, H = 16, 4, 7168
         >>> h, k, v = (torch.randn(T, G, H, dtype=torch.bfloat16, device="cuda")
         ...            for _ in range(3))
-        >>> w_h = torch.ones(H, dtype=torch.bfloat16, device="cuda")
-        >>> w_k = torch.ones(H, dtype=torch.bfloat16, device="cuda")
+        >>> w_h = torch.ones(G, H, dtype=torch.bfloat16, device="cuda")  # one row per branch
+        >>> w_k = torch.ones(G, H, dtype=torch.bfloat16, device="cuda")
         >>> out, g = tileaot.engram_gate(h, k, v, w_h, w_k, return_gate=True)  # g: [16, 4]
     """
     if (
@@ -101,12 +129,14 @@ def engram_gate(
         and isinstance(w_k, _arrays.Tensor)
         and type(eps) is float
         and 0.0 <= eps < _INF
+        and type(clamp_value) is float
+        and 0.0 <= clamp_value < _INF
         and h.dim() == 2 == k.dim()
         and v.shape == h.shape  # `_C.call` can't tell a shared v ([MV, H] in the kernel) from it
         and w_h.dim() == 1 == w_k.dim()
         and not _needs_autograd(h, k, v, w_h, w_k)  # recorded calls: the checked path
     ):
-        pair = _fast(h, k, v, w_h, w_k, eps, out, return_gate)
+        pair = _fast(h, k, v, w_h, w_k, eps, clamp_value, out, return_gate)
         if pair is not None:
             return pair if return_gate else pair[0]
     elif type(h) is not _arrays.Tensor and _arrays.foreign(h):
@@ -121,13 +151,13 @@ def engram_gate(
                 "cannot record a call that writes into a given tensor); drop out= or call it "
                 "under torch.no_grad()"
             )
-        result, gate = _autograd_function().apply(h, k, v, w_h, w_k, eps)
+        result, gate = _autograd_function().apply(h, k, v, w_h, w_k, eps, clamp_value)
     else:
-        result, gate = _forward(key, h, k, v, w_h, w_k, eps, out, return_gate)
+        result, gate = _forward(key, h, k, v, w_h, w_k, eps, clamp_value, out, return_gate)
     return (result, gate) if return_gate else result
 
 
-def _fast(h, k, v, w_h, w_k, eps, out, return_gate):
+def _fast(h, k, v, w_h, w_k, eps, clamp, out, return_gate):
     """The short path for plain 2-D torch tensors outside autograd: ``(out, gate)``, or None
     if `_lib.fast` declined (the checked path then runs). `out` as `_forward` takes it."""
     if out is None or type(out) is _arrays.Tensor:
@@ -137,7 +167,8 @@ def _fast(h, k, v, w_h, w_k, eps, out, return_gate):
         y, gate = out
     else:
         return None
-    if _lib.fast((_OP, h.dtype), (h, k, v, w_h, w_k, y, gate), (eps,), _WRITES_OUT_GATE):
+    w2 = (w_h[None], w_k[None])  # the kernel's weights are [GW, H]: (H,) is one shared row
+    if _lib.fast((_OP, h.dtype), (h, k, v, *w2, y, gate), (eps, clamp), _WRITES):
         return y, gate
     return None
 
@@ -147,40 +178,24 @@ def _needs_autograd(*tensors: Any) -> bool:
     return fw.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _forward(key, h, k, v, w_h, w_k, eps, out, return_gate=False):
-    """Validate, allocate, launch: ``(out, gate)``."""
+def _forward(key, h, k, v, w_h, w_k, eps, clamp, out, return_gate=False):
+    """Validate, allocate, launch: ``(out, gate)``. `key` is h's dtype key (checked before)."""
+    *_, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp)  # the engram-specific rules
+    inputs = {"h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k}
+    bound = SCHEMA.bind(inputs)
     fw = _arrays.namespace(h)
-    rows, n, v_rows, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
-    if out is None:
-        y = fw.empty_like(h)  # h is contiguous, so y is too
-        gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
-    elif return_gate and isinstance(out, (tuple, list)):
-        if len(out) != 2:
-            raise TypeError(f"out must be a tensor or an (out, g) pair; got {len(out)} items")
-        y, gate = out
-        _validate.check_out("out[0] (out)", y, h.dtype, h.shape, device)
-        _validate.check_out("out[1] (g)", gate, fw.float32, h.shape[:-1], device)
-        _validate.check_no_overlap(
-            ("out[0] (out)", "out[1] (g)"), (y, gate), _INPUTS, (h, k, v, w_h, w_k)
-        )
-    else:
-        _validate.check_out("out", out, h.dtype, h.shape, device)
+    if out is None or (return_gate and isinstance(out, (tuple, list))):
+        y, gate = SCHEMA.outputs(fw, h, bound, out, inputs)
+    else:  # out= the output alone: the gate is allocated
+        _validate.check_out("out", out, h.dtype, h.shape, bound.device)
         _validate.check_no_overlap(("out",), (out,), _INPUTS, (h, k, v, w_h, w_k))
-        y = out
-        gate = h.new_empty(h.shape[:-1], dtype=fw.float32)
-    if rows == 0:
+        y, gate = out, h.new_empty(h.shape[:-1], dtype=fw.float32)
+    if h.numel() == 0:
         return y, gate
-    handle = _lib.handle(_OP, key)
-    _lib.native().launch(
-        handle,
-        device,
-        _lib.current_stream(device),
-        (h.data_ptr(), k.data_ptr(), v.data_ptr(), w_h.data_ptr(), w_k.data_ptr(), y.data_ptr(),
-         gate.data_ptr()),
-        (rows, n, rows, n, v_rows, n, n, n, rows, n, rows),
-        (eps,),
-    )  # fmt: skip
-    if type(h) is _arrays.Tensor and h.dim() == 2 and v_rows == rows:  # as `_fast` launches
+    dims = bound.dims
+    handle = SCHEMA.launch(key, bound.device, (h, k, v, w_h, w_k, y, gate), (eps, clamp), dims)
+    # As `_fast` launches: 2-D h, v of h's shape, (H,) weights (passed as [1, H]).
+    if type(h) is _arrays.Tensor and h.dim() == 2 and dims["MV"] == dims["M"] and w_h.dim() == 1:
         _lib.learn((_OP, h.dtype), handle)
     return y, gate
 
@@ -199,11 +214,11 @@ def _autograd_function():
 
         class EngramGateFunction(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, h, k, v, w_h, w_k, eps):
+            def forward(ctx, h, k, v, w_h, w_k, eps, clamp):
                 key = _validate.dtype_key("h", h, _DTYPES)
-                out, gate = _forward(key, h, k, v, w_h, w_k, eps, None)
+                out, gate = _forward(key, h, k, v, w_h, w_k, eps, clamp, None)
                 ctx.save_for_backward(h, k, v, w_h, w_k)
-                ctx.eps = eps
+                ctx.eps, ctx.clamp = eps, clamp
                 ctx.mark_non_differentiable(gate)
                 return out, gate
 
@@ -211,15 +226,14 @@ def _autograd_function():
             @once_differentiable
             def backward(ctx, grad_out, grad_gate):
                 h, k, v, w_h, w_k = ctx.saved_tensors
-                grads = engram_gate_backward(_validate.dense(grad_out), h, k, v, w_h, w_k, ctx.eps)
+                grads = engram_gate_backward(
+                    _validate.dense(grad_out), h, k, v, w_h, w_k, ctx.eps, clamp_value=ctx.clamp
+                )
                 need = ctx.needs_input_grad
-                return (*(g if need[i] else None for i, g in enumerate(grads)), None)
+                return (*(g if need[i] else None for i, g in enumerate(grads)), None, None)
 
         _FUNCTION = EngramGateFunction
     return _FUNCTION
 
 
-def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    m, n = 4 * 4096, 7168
-    return "h[4096, 4, 7168]", (m, n, m, n, m, n, n, n, m, n, m)
+example_shapes = SCHEMA.example_shapes

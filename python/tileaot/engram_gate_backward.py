@@ -43,23 +43,27 @@ def engram_gate_backward(
     eps: float = 1e-6,
     g: torch.Tensor | None = None,
     *,
+    clamp_value: float = 1e-6,
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of :func:`tileaot.engram_gate` with respect to h, k, v, w_h and w_k.
 
+    What autograd of TileKernels' ``engram_gate_ref`` gives (per-branch weights, the clamp).
     With ``rh = 1 / sqrt(mean(h**2) + eps)``, ``rk`` likewise, ``s`` and ``g`` the row's scaled
-    dot and gate, and ``go = grad_out`` (float32 math; sums over a row, ``P`` over all rows)::
+    dot and gate, ``w_h``, ``w_k`` the row's weight rows and ``go = grad_out`` (float32 math;
+    sums over a row, ``P`` over the rows of each weight row)::
 
-        c      = <go, v> * g * (1 - g) / (2 * sqrt(max(|s|, 1e-6))) / sqrt(H)
+        c      = <go, v> * g * (1 - g) / (2 * sqrt(|s|)) / sqrt(H)   (0 if |s| < clamp_value)
         grad_v = g * go
         grad_h = go + c * rh * rk * k * w_h * w_k - c * rh**2 * s / sqrt(H) * h
         grad_k =      c * rh * rk * h * w_h * w_k - c * rk**2 * s / sqrt(H) * k
         P      = sum over rows of c * rh * rk * h * k
         grad_w_h = w_k * P,   grad_w_k = w_h * P
 
-    ``d sign(s)sqrt(|s|) / ds = 1 / (2 sqrt(|s|))`` is infinite at ``s = 0``; it is taken as
-    ``1 / (2 sqrt(max(|s|, 1e-6)))`` (exact for ``|s| >= 1e-6``, at most 500), so a row with
-    ``s = 0`` (a zero `h` or `k` row, say) gets finite gradients. The weight gradients are
+    Below `clamp_value` the gate is constant, so its rows pass no gradient through it (as
+    TileKernels). With ``clamp_value < 1e-6`` the slope ``1 / (2 sqrt(|s|))``, unbounded near
+    ``s = 0``, is taken as ``1 / (2 sqrt(max(|s|, 1e-6)))`` (at most 500), so rows with tiny
+    ``s`` get finite gradients. The weight gradients are
     reduced deterministically: per-block float32 partial sums, then a fixed-order sum (no
     atomics); the same inputs give bitwise the same gradients on the same GPU model.
 
@@ -67,11 +71,12 @@ def engram_gate_backward(
         grad_out: gradient of the loss with respect to engram_gate's `out`: shape, dtype and
             device of `h`, contiguous, 16-byte aligned.
         h, k, v, w_h, w_k, eps: the forward's inputs, with the same requirements as in
-            :func:`tileaot.engram_gate`.
+            :func:`tileaot.engram_gate` (weights ``(H,)`` or per branch ``h.shape[-2:]``).
         g: optional gate the forward returned (``return_gate=True``): float32, shape
             ``h.shape[:-1]``, same device. It is checked but not needed: the kernel recomputes
             the gate in the pass that computes the RMSNorm statistics, at no extra memory
             traffic.
+        clamp_value: the forward's `clamp_value` (keyword only), a finite float >= 0.
         out: optional ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)`` to write into, with
             exactly the shapes and dtypes below, on the device of `h`, contiguous, aligned,
             not overlapping the inputs or each other.
@@ -85,7 +90,8 @@ def engram_gate_backward(
 
     Raises:
         TypeError: an argument is not a tensor, has an unsupported dtype, or the dtypes differ;
-            `g` is not float32; `eps` is not a real number; `out` is not a 5-tuple.
+            `g` is not float32; `eps` or `clamp_value` is not a real number; `out` is not a
+            5-tuple.
         ValueError: as :func:`tileaot.engram_gate` for h, k, v, w_h, w_k; `grad_out` or `g`
             has a wrong shape, device or layout; an `out` tensor has a wrong shape or overlaps.
         NotImplementedError: a shared `v` with arrays that are not torch tensors.
@@ -104,7 +110,7 @@ def engram_gate_backward(
         >>> import torch, tileaot
         >>> h, k, v = (torch.randn(16, 4, 7168, dtype=torch.bfloat16, device="cuda")
         ...            for _ in range(3))
-        >>> w_h, w_k = (torch.ones(7168, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+        >>> w_h, w_k = (torch.ones(4, 7168, dtype=torch.bfloat16, device="cuda") for _ in "hk")
         >>> go = torch.randn_like(h)
         >>> grad_h, grad_k, grad_v, grad_w_h, grad_w_k = tileaot.engram_gate_backward(
         ...     go, h, k, v, w_h, w_k, 1e-6)
@@ -115,7 +121,7 @@ def engram_gate_backward(
     key = _validate.dtype_key("h", h, _DTYPES)
     for name, t in (("grad_out", grad_out), ("k", k), ("v", v), ("w_h", w_h), ("w_k", w_k)):
         _validate.same_dtype(name, t, "h", h)
-    rows, n, v_rows, device, eps = check_inputs(h, k, v, w_h, w_k, eps)
+    rows, n, v_rows, w_rows, device, eps, clamp = check_inputs(h, k, v, w_h, w_k, eps, clamp_value)
     shared = v.shape != h.shape  # v is [..., 1, H]: one row per token (check_inputs' rule)
     if shared and type(grad_out) is not _arrays.Tensor:
         raise NotImplementedError(
@@ -141,6 +147,7 @@ def engram_gate_backward(
     # The kernel writes each row's grad_v term; a shared v sums its rows' terms below.
     row_grad_v = fw.empty_like(h) if shared else grads[2]
     blocks = min(rows, _sm_count(device) * _BLOCKS_PER_SM.get((key, n), _GENERIC_BLOCKS_PER_SM))
+    blocks -= blocks % w_rows  # whole groups of one block per weight row (rows >= w_rows)
     partial = h.new_empty((blocks, n), dtype=fw.float32)
     ptrs = (grad_out, h, k, v, w_h, w_k, *grads[:2], row_grad_v, *wgrads, partial)
     _lib.native().launch(
@@ -148,8 +155,33 @@ def engram_gate_backward(
         device,
         _lib.current_stream(device),
         tuple(t.data_ptr() for t in ptrs),
-        (rows, n, rows, n, rows, n, v_rows, n, n, n, rows, n, rows, n, rows, n, n, n, blocks, n),
-        (eps,),
+        (
+            rows,
+            n,
+            rows,
+            n,
+            rows,
+            n,
+            v_rows,
+            n,
+            w_rows,
+            n,
+            w_rows,
+            n,
+            rows,
+            n,
+            rows,
+            n,
+            rows,
+            n,
+            w_rows,
+            n,
+            w_rows,
+            n,
+            blocks,
+            n,
+        ),
+        (eps, clamp),
     )
     if shared:  # float32 sums over each token's rows, rounded once into grad_v
         grads[2].copy_(row_grad_v.sum(-2, keepdim=True, dtype=fw.float32))
@@ -205,5 +237,5 @@ def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
     """A typical call for `python -m tileaot info`: its description and flat shapes."""
     m, n = 4 * 4096, 7168
     blocks = 132 * _BLOCKS_PER_SM[(key, n)]
-    flat = (m, n, m, n, m, n, m, n, n, n, m, n, m, n, m, n, n, n, blocks, n)
-    return "h[4096, 4, 7168]", flat
+    flat = (m, n, m, n, m, n, m, n, 4, n, 4, n, m, n, m, n, m, n, 4, n, 4, n, blocks, n)
+    return "h[4096, 4, 7168], w [4, 7168]", flat

@@ -35,12 +35,14 @@ def _sinkhorn_normalize_backward(ctx: Any, grad: torch.Tensor) -> tuple:
 
 
 def _engram_gate_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    *tensors, ctx.eps = inputs
+    *tensors, ctx.eps, ctx.clamp = inputs
     ctx.save_for_backward(*tensors)
     ctx.mark_non_differentiable(output[1])  # the gate is returned for inspection only
 
 
 def _engram_gate_backward(ctx: Any, grad_out: torch.Tensor, grad_gate: Any) -> tuple:
-    grads = torch.ops.tileaot.engram_gate_backward(grad_out, *ctx.saved_tensors, ctx.eps)
+    grads = torch.ops.tileaot.engram_gate_backward(
+        grad_out, *ctx.saved_tensors, ctx.eps, clamp_value=ctx.clamp
+    )
     need = ctx.needs_input_grad
-    return (*(g if need[i] else None for i, g in enumerate(grads)), None)
+    return (*(g if need[i] else None for i, g in enumerate(grads)), None, None)

@@ -78,11 +78,7 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
     )
 
 
-def _engram_gate(h, k, v, w_h, w_k, eps):
-    return torch.empty_like(h), h.new_empty(h.shape[:-1], dtype=torch.float32)
-
-
-def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, g):
+def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, g, clamp_value):
     like = (h, h, v, w_h, w_k)  # grad_v has v's shape (a shared v: [..., 1, H])
     return tuple(torch.empty_like(x) for x in like)
 
@@ -104,17 +100,11 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(sinkhorn_normalize_backward, dense=_GRAD),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
-    OpSpec(
-        engram_gate,
-        "Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06",
-        ("out", "gate"),
-        _engram_gate,
-        fixed=MappingProxyType({"return_gate": True}),
-    ),
+    _from_schema(engram_gate, fixed=MappingProxyType({"return_gate": True})),
     OpSpec(
         engram_gate_backward,
         "Tensor grad_out, Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
-        "Tensor? g=None",
+        "Tensor? g=None, float clamp_value=1e-06",
         ("grad_h", "grad_k", "grad_v", "grad_w_h", "grad_w_k"),
         _engram_gate_backward,
         dense=_GRAD,
