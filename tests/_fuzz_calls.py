@@ -525,6 +525,31 @@ def top2_sum_gate(d: Draw) -> Call:
     return c
 
 
+def topk_sum_and_topk_group_idx(d: Draw) -> Call:
+    """Written from tileaot.topk_sum_and_topk_group_idx's docstring: [T, G, S] scores, G <= 32,
+    n in {1, 2} with n <= S, 1 <= K <= G."""
+    t, g, s = d.size(40), d.int(1, 32), d.int(1, 20)
+    n, k = d.int(1, min(2, s)), d.int(1, g)
+    scores = d.randn((t, g, s), FP32)
+    c = Call(
+        {"scores": scores, "num_topk_sum": n, "num_topk_groups": k},
+        [((t, k), I32)],
+        t > 0,
+        bad={
+            "num_topk_sum": [0, 3, -1, 1.0, "1", True, None] + ([2] if s == 1 else []),
+            "num_topk_groups": [0, -1, g + 1, 1.0, None],
+        },
+    )
+    out = d.outs(c, [("out", (t, k), I32)], pair=False)
+    c.slot(("scores",), "scores", (FP32,), (0,) if out else ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_topk_sum_and_topk_group_idx.py
+        assert torch.equal(result, _ref("moe.topk_sum_and_topk_group_idx")(scores, n, k))
+
+    c.check = check
+    return c
+
+
 def moe_expand(d: Draw) -> Call:
     fp8 = d.flag()
     t, k, e = d.size(30), d.size(8), d.int(1, 40)
@@ -719,6 +744,7 @@ BUILDERS = {
         sinkhorn_normalize_backward,
         topk_gate,
         top2_sum_gate,
+        topk_sum_and_topk_group_idx,
         moe_expand,
         moe_reduce,
         engram_gate,

@@ -42,6 +42,7 @@ SCHEMA_OPS = (
     "per_token_cast_fp4",
     "cast_back_fp8",
     "cast_back_fp4",
+    "topk_sum_and_topk_group_idx",
 )
 
 
@@ -223,6 +224,7 @@ WRITES = {
     "per_token_cast_fp4": 0b110,
     "cast_back_fp8": 0b100,
     "cast_back_fp4": 0b100,
+    "topk_sum_and_topk_group_idx": 0b10,
 }
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
@@ -246,6 +248,7 @@ TORCH_ARGS = {
     "per_token_cast_fp4": "Tensor x, int group_size=32, str scale_format='ue8m0'",
     "cast_back": "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
     "ScalarType? out_dtype=None",
+    "topk_sum_and_topk_group_idx": "Tensor scores, int num_topk_sum, int num_topk_groups",
 }
 # The public op serving each kernel op (its torch custom op).
 PUBLIC = {"cast_back_fp8": "cast_back", "cast_back_fp4": "cast_back"}

@@ -38,6 +38,7 @@ from .swiglu import swiglu
 from .swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from .top2_sum_gate import top2_sum_gate
 from .topk_gate import topk_gate
+from .topk_sum_and_topk_group_idx import topk_sum_and_topk_group_idx
 from .transpose import transpose
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ __all__ = [
     "swiglu_per_token_cast_fp8",
     "top2_sum_gate",
     "topk_gate",
+    "topk_sum_and_topk_group_idx",
     "transpose",
     "use_stream",
 ]

@@ -35,6 +35,7 @@ from ..swiglu import swiglu
 from ..swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from ..top2_sum_gate import top2_sum_gate
 from ..topk_gate import topk_gate
+from ..topk_sum_and_topk_group_idx import topk_sum_and_topk_group_idx
 from ..transpose import transpose
 
 
@@ -125,6 +126,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(cast_back),
     _from_schema(topk_gate),
     _from_schema(top2_sum_gate),
+    _from_schema(topk_sum_and_topk_group_idx),
     _from_schema(swiglu),
     _from_schema(swiglu_per_token_cast_fp8),
     _from_schema(transpose),
