@@ -550,6 +550,19 @@ def topk_sum_and_topk_group_idx(d: Draw) -> Call:
     return c
 
 
+def normalize_weight(d: Draw) -> Call:
+    """Written from tileaot.normalize_weight's docstring: [T, K] float32 weights."""
+    t, k = d.size(40), d.size(12)
+    w = d.randn((t, k), FP32)
+    c = Call({"topk_weights": w}, [((t,), FP32), ((t, k), FP32)], t > 0)
+    out = d.outs(
+        c, [("out[0] (denominator)", (t,), FP32), ("out[1] (normalized_weights)", (t, k), FP32)]
+    )
+    c.slot(("topk_weights",), "topk_weights", (FP32,), (0, 1) if out else ())
+    c.check = lambda r: _same_bits(r, _ref("moe.normalize_weight")(w))  # bit for bit
+    return c
+
+
 def moe_expand(d: Draw) -> Call:
     fp8 = d.flag()
     t, k, e = d.size(30), d.size(8), d.int(1, 40)
@@ -745,6 +758,7 @@ BUILDERS = {
         topk_gate,
         top2_sum_gate,
         topk_sum_and_topk_group_idx,
+        normalize_weight,
         moe_expand,
         moe_reduce,
         engram_gate,

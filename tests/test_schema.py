@@ -43,6 +43,7 @@ SCHEMA_OPS = (
     "cast_back_fp8",
     "cast_back_fp4",
     "topk_sum_and_topk_group_idx",
+    "normalize_weight",
 )
 
 
@@ -225,6 +226,7 @@ WRITES = {
     "cast_back_fp8": 0b100,
     "cast_back_fp4": 0b100,
     "topk_sum_and_topk_group_idx": 0b10,
+    "normalize_weight": 0b110,
 }
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
@@ -249,6 +251,7 @@ TORCH_ARGS = {
     "cast_back": "Tensor q, Tensor scale, str? layout=None, int? group_size=None, "
     "ScalarType? out_dtype=None",
     "topk_sum_and_topk_group_idx": "Tensor scores, int num_topk_sum, int num_topk_groups",
+    "normalize_weight": "Tensor topk_weights",
 }
 # The public op serving each kernel op (its torch custom op).
 PUBLIC = {"cast_back_fp8": "cast_back", "cast_back_fp4": "cast_back"}

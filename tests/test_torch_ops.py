@@ -97,6 +97,8 @@ CASES = [
     ("top2_sum_gate", lambda: (t(3, 160, dtype=F32), t(160, dtype=F32), 6, 0, 0, 1.0, 0, 4, 1, 2)),
     ("topk_sum_and_topk_group_idx", lambda: (t(6, 8, 32, dtype=F32), 2, 4)),
     ("topk_sum_and_topk_group_idx", lambda: (t(3, 5, 1, dtype=F32), 1, 5)),
+    ("normalize_weight", lambda: (t(6, 8, dtype=F32),)),
+    ("normalize_weight", lambda: (t(3, 1, dtype=F32),)),
     ("swiglu", lambda: (t(4, 64),)),
     ("swiglu", lambda: (t(2, 3, 10, dtype=F32),)),
     ("swiglu_per_token_cast_fp8", lambda: (t(4, 512),)),

@@ -28,6 +28,7 @@ from .engram_gate_backward import engram_gate_backward
 from .gemm import gemm
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
+from .normalize_weight import normalize_weight
 from .per_block_cast_fp8 import per_block_cast_fp8
 from .per_token_cast_fp4 import per_token_cast_fp4
 from .per_token_cast_fp8 import per_token_cast_fp8
@@ -56,6 +57,7 @@ __all__ = [
     "info",
     "moe_expand",
     "moe_reduce",
+    "normalize_weight",
     "per_block_cast_fp8",
     "per_token_cast_fp4",
     "per_token_cast_fp8",

@@ -25,6 +25,7 @@ from ..engram_gate_backward import engram_gate_backward
 from ..gemm import gemm
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
+from ..normalize_weight import normalize_weight
 from ..per_block_cast_fp8 import per_block_cast_fp8
 from ..per_token_cast_fp4 import per_token_cast_fp4
 from ..per_token_cast_fp8 import per_token_cast_fp8
@@ -127,6 +128,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(topk_gate),
     _from_schema(top2_sum_gate),
     _from_schema(topk_sum_and_topk_group_idx),
+    _from_schema(normalize_weight),
     _from_schema(swiglu),
     _from_schema(swiglu_per_token_cast_fp8),
     _from_schema(transpose),
