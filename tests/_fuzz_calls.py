@@ -563,6 +563,37 @@ def normalize_weight(d: Draw) -> Call:
     return c
 
 
+def mask_indices_by_tp(d: Draw) -> Call:
+    """Written from tileaot.mask_indices_by_tp's docstring: int32 [T, K] indices (-1 and
+    indices past n included), num_ep_ranks <= n, 0 <= tp_rank < num_tp_ranks."""
+    t, k = d.size(40), d.size(10)
+    ep = d.pick([1, 2, 4, 8])
+    n = ep * d.int(1, 40)
+    tp = d.pick([1, 2, 4])
+    tp_rank = d.int(0, tp - 1)
+    indices = d.randint(-1, n + 2, (t, k))
+    args = {"n": n, "num_ep_ranks": ep, "tp_rank": tp_rank, "num_tp_ranks": tp}
+    c = Call(
+        {"indices": indices, **args},
+        [((t, k), I32)],
+        t * k > 0,
+        bad={
+            "n": [ep - 1, 2**31, 1.0, None],
+            "num_ep_ranks": [0, -1, n + 1, 1.0, None],
+            "tp_rank": [-1, tp, 0.0, None],
+            "num_tp_ranks": [0, 2**31, 1.5, None],
+        },
+    )
+    out = d.outs(c, [("out", (t, k), I32)], pair=False)
+    c.slot(("indices",), "indices", (I32,), (0, 1) if out else ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_mask_indices_by_tp.py
+        assert torch.equal(result, _ref("moe.mask_indices_by_tp")(indices, n, ep, tp_rank, tp))
+
+    c.check = check
+    return c
+
+
 def moe_expand(d: Draw) -> Call:
     fp8 = d.flag()
     t, k, e = d.size(30), d.size(8), d.int(1, 40)
@@ -759,6 +790,7 @@ BUILDERS = {
         top2_sum_gate,
         topk_sum_and_topk_group_idx,
         normalize_weight,
+        mask_indices_by_tp,
         moe_expand,
         moe_reduce,
         engram_gate,

@@ -44,6 +44,7 @@ SCHEMA_OPS = (
     "cast_back_fp4",
     "topk_sum_and_topk_group_idx",
     "normalize_weight",
+    "mask_indices_by_tp",
 )
 
 
@@ -227,6 +228,7 @@ WRITES = {
     "cast_back_fp4": 0b100,
     "topk_sum_and_topk_group_idx": 0b10,
     "normalize_weight": 0b110,
+    "mask_indices_by_tp": 0b10,
 }
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
@@ -252,6 +254,7 @@ TORCH_ARGS = {
     "ScalarType? out_dtype=None",
     "topk_sum_and_topk_group_idx": "Tensor scores, int num_topk_sum, int num_topk_groups",
     "normalize_weight": "Tensor topk_weights",
+    "mask_indices_by_tp": "Tensor indices, int n, int num_ep_ranks, int tp_rank, int num_tp_ranks",
 }
 # The public op serving each kernel op (its torch custom op).
 PUBLIC = {"cast_back_fp8": "cast_back", "cast_back_fp4": "cast_back"}

@@ -99,6 +99,8 @@ CASES = [
     ("topk_sum_and_topk_group_idx", lambda: (t(3, 5, 1, dtype=F32), 1, 5)),
     ("normalize_weight", lambda: (t(6, 8, dtype=F32),)),
     ("normalize_weight", lambda: (t(3, 1, dtype=F32),)),
+    ("mask_indices_by_tp", lambda: (idx(6, 8, 256), 256, 8, 1, 2)),
+    ("mask_indices_by_tp", lambda: (idx(3, 1, 7), 7, 1, 0, 1)),
     ("swiglu", lambda: (t(4, 64),)),
     ("swiglu", lambda: (t(2, 3, 10, dtype=F32),)),
     ("swiglu_per_token_cast_fp8", lambda: (t(4, 512),)),
