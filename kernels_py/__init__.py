@@ -18,6 +18,7 @@ OP_MODULES = (
     "kernels_py.moe.topk_sum_and_topk_group_idx",
     "kernels_py.moe.normalize_weight",
     "kernels_py.moe.mask_indices_by_tp",
+    "kernels_py.moe.group_count",
     "kernels_py.act.swiglu",
     "kernels_py.act.swiglu_per_token_cast_fp8",
     "kernels_py.layout.transpose",

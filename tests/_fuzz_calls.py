@@ -594,6 +594,27 @@ def mask_indices_by_tp(d: Draw) -> Call:
     return c
 
 
+def group_count(d: Draw) -> Call:
+    """Written from tileaot.group_count's docstring: int32 [T, K] indices (negatives and
+    indices >= G not counted), G >= 0; G = 0 launches nothing."""
+    t, k, g = d.size(40), d.size(10), d.pick([0, 1, 7, 256, 8192, 8200])
+    group_idx = d.randint(-2, g + 2, (t, k))
+    c = Call(
+        {"group_idx": group_idx, "num_groups": g},
+        [((g,), I32)],
+        g > 0,
+        bad={"num_groups": [-1, 2**31, 1.0, "8", True, None]},
+    )
+    d.outs(c, [("out", (g,), I32)], pair=False)
+    c.slot(("group_idx",), "group_idx", (I32,), ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_group_count.py
+        assert torch.equal(result, _ref("moe.group_count")(group_idx, g))
+
+    c.check = check
+    return c
+
+
 def moe_expand(d: Draw) -> Call:
     fp8 = d.flag()
     t, k, e = d.size(30), d.size(8), d.int(1, 40)
@@ -791,6 +812,7 @@ BUILDERS = {
         topk_sum_and_topk_group_idx,
         normalize_weight,
         mask_indices_by_tp,
+        group_count,
         moe_expand,
         moe_reduce,
         engram_gate,

@@ -45,6 +45,7 @@ SCHEMA_OPS = (
     "topk_sum_and_topk_group_idx",
     "normalize_weight",
     "mask_indices_by_tp",
+    "group_count",
 )
 
 
@@ -229,6 +230,7 @@ WRITES = {
     "topk_sum_and_topk_group_idx": 0b10,
     "normalize_weight": 0b110,
     "mask_indices_by_tp": 0b10,
+    "group_count": 0b10,
 }
 TORCH_ARGS = {
     "rms_norm": "Tensor x, Tensor weight, float eps=1e-06",
@@ -255,6 +257,7 @@ TORCH_ARGS = {
     "topk_sum_and_topk_group_idx": "Tensor scores, int num_topk_sum, int num_topk_groups",
     "normalize_weight": "Tensor topk_weights",
     "mask_indices_by_tp": "Tensor indices, int n, int num_ep_ranks, int tp_rank, int num_tp_ranks",
+    "group_count": "Tensor group_idx, int num_groups",
 }
 # The public op serving each kernel op (its torch custom op).
 PUBLIC = {"cast_back_fp8": "cast_back", "cast_back_fp4": "cast_back"}

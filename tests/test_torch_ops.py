@@ -101,6 +101,8 @@ CASES = [
     ("normalize_weight", lambda: (t(3, 1, dtype=F32),)),
     ("mask_indices_by_tp", lambda: (idx(6, 8, 256), 256, 8, 1, 2)),
     ("mask_indices_by_tp", lambda: (idx(3, 1, 7), 7, 1, 0, 1)),
+    ("group_count", lambda: (idx(6, 8, 256), 256)),
+    ("group_count", lambda: (idx(3, 1, 7), 5)),
     ("swiglu", lambda: (t(4, 64),)),
     ("swiglu", lambda: (t(2, 3, 10, dtype=F32),)),
     ("swiglu_per_token_cast_fp8", lambda: (t(4, 512),)),

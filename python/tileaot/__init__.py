@@ -26,6 +26,7 @@ from .cast_back import cast_back
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
 from .gemm import gemm
+from .group_count import group_count
 from .mask_indices_by_tp import mask_indices_by_tp
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
@@ -55,6 +56,7 @@ __all__ = [
     "engram_gate",
     "engram_gate_backward",
     "gemm",
+    "group_count",
     "info",
     "mask_indices_by_tp",
     "moe_expand",

@@ -86,7 +86,7 @@ def topk_sum_and_topk_group_idx(
         and scores.dim() == 3
         and 0 < num_topk_groups <= scores.shape[1] <= MAX_GROUPS
         and 0 < num_topk_sum <= min(2, scores.shape[2])
-        and (out is None or type(out) is _arrays.Tensor)
+        and (out is None or (type(out) is _arrays.Tensor and out.dim() == 2))
     ):
         y = out
         if y is None:

@@ -23,6 +23,7 @@ from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
 from ..gemm import gemm
+from ..group_count import group_count
 from ..mask_indices_by_tp import mask_indices_by_tp
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
@@ -131,6 +132,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(topk_sum_and_topk_group_idx),
     _from_schema(normalize_weight),
     _from_schema(mask_indices_by_tp),
+    _from_schema(group_count),
     _from_schema(swiglu),
     _from_schema(swiglu_per_token_cast_fp8),
     _from_schema(transpose),
