@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import cpu_as_cuda, fake, t  # noqa: E402, F401
-from _lowering import lower_source, needs_tilelang  # noqa: E402
+from _lowering import default_arch_sources, needs_tilelang  # noqa: E402
 from _tile_kernels import tk  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
@@ -105,8 +105,5 @@ def test_bad_calls_raise_before_any_launch(call, exc, message, fake, cpu_as_cuda
 @needs_tilelang
 def test_lowers_for_every_default_arch():
     """One key, one variant: the generic kernel on each default arch (IEEE adds and divides)."""
-    from kernels_py.spec import DEFAULT_ARCHS
-
-    for arch in DEFAULT_ARCHS:
-        src = lower_source(m.factory(arch=arch, dtype="float32"), arch, "nw")
+    for arch, src in default_arch_sources(m.factory, "nw", dtype="float32"):
         assert "__fdiv_rn" in src and "__fadd_rn" in src, arch
