@@ -549,6 +549,96 @@ def top2_sum_gate(d: Draw) -> Call:
     return c
 
 
+def topk_sum_and_topk_group_idx(d: Draw) -> Call:
+    """Written from tileaot.topk_sum_and_topk_group_idx's docstring: [T, G, S] scores, G <= 32,
+    n in {1, 2} with n <= S, 1 <= K <= G."""
+    t, g, s = d.size(40), d.int(1, 32), d.int(1, 20)
+    n, k = d.int(1, min(2, s)), d.int(1, g)
+    scores = d.randn((t, g, s), FP32)
+    c = Call(
+        {"scores": scores, "num_topk_sum": n, "num_topk_groups": k},
+        [((t, k), I32)],
+        t > 0,
+        bad={
+            "num_topk_sum": [0, 3, -1, 1.0, "1", True, None] + ([2] if s == 1 else []),
+            "num_topk_groups": [0, -1, g + 1, 1.0, None],
+        },
+    )
+    out = d.outs(c, [("out", (t, k), I32)], pair=False)
+    c.slot(("scores",), "scores", (FP32,), (0,) if out else ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_topk_sum_and_topk_group_idx.py
+        assert torch.equal(result, _ref("moe.topk_sum_and_topk_group_idx")(scores, n, k))
+
+    c.check = check
+    return c
+
+
+def normalize_weight(d: Draw) -> Call:
+    """Written from tileaot.normalize_weight's docstring: [T, K] float32 weights."""
+    t, k = d.size(40), d.size(12)
+    w = d.randn((t, k), FP32)
+    c = Call({"topk_weights": w}, [((t,), FP32), ((t, k), FP32)], t > 0)
+    out = d.outs(
+        c, [("out[0] (denominator)", (t,), FP32), ("out[1] (normalized_weights)", (t, k), FP32)]
+    )
+    c.slot(("topk_weights",), "topk_weights", (FP32,), (0, 1) if out else ())
+    c.check = lambda r: _same_bits(r, _ref("moe.normalize_weight")(w))  # bit for bit
+    return c
+
+
+def mask_indices_by_tp(d: Draw) -> Call:
+    """Written from tileaot.mask_indices_by_tp's docstring: int32 [T, K] indices (-1 and
+    indices past n included), num_ep_ranks <= n, 0 <= tp_rank < num_tp_ranks."""
+    t, k = d.size(40), d.size(10)
+    ep = d.pick([1, 2, 4, 8])
+    n = ep * d.int(1, 40)
+    tp = d.pick([1, 2, 4])
+    tp_rank = d.int(0, tp - 1)
+    indices = d.randint(-1, n + 2, (t, k))
+    args = {"n": n, "num_ep_ranks": ep, "tp_rank": tp_rank, "num_tp_ranks": tp}
+    c = Call(
+        {"indices": indices, **args},
+        [((t, k), I32)],
+        t * k > 0,
+        bad={
+            "n": [ep - 1, 2**31, 1.0, None],
+            "num_ep_ranks": [0, -1, n + 1, 1.0, None],
+            "tp_rank": [-1, tp, 0.0, None],
+            "num_tp_ranks": [0, 2**31, 1.5, None],
+        },
+    )
+    out = d.outs(c, [("out", (t, k), I32)], pair=False)
+    c.slot(("indices",), "indices", (I32,), (0, 1) if out else ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_mask_indices_by_tp.py
+        assert torch.equal(result, _ref("moe.mask_indices_by_tp")(indices, n, ep, tp_rank, tp))
+
+    c.check = check
+    return c
+
+
+def group_count(d: Draw) -> Call:
+    """Written from tileaot.group_count's docstring: int32 [T, K] indices (negatives and
+    indices >= G not counted), G >= 0; G = 0 launches nothing."""
+    t, k, g = d.size(40), d.size(10), d.pick([0, 1, 7, 256, 8192, 8200])
+    group_idx = d.randint(-2, g + 2, (t, k))
+    c = Call(
+        {"group_idx": group_idx, "num_groups": g},
+        [((g,), I32)],
+        g > 0,
+        bad={"num_groups": [-1, 2**31, 1.0, "8", True, None]},
+    )
+    d.outs(c, [("out", (g,), I32)], pair=False)
+    c.slot(("group_idx",), "group_idx", (I32,), ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_group_count.py
+        assert torch.equal(result, _ref("moe.group_count")(group_idx, g))
+
+    c.check = check
+    return c
+
+
 def moe_expand(d: Draw) -> Call:
     fp8 = d.flag()
     t, k, e = d.size(30), d.size(8), d.int(1, 40)
@@ -760,6 +850,10 @@ BUILDERS = {
         sinkhorn_normalize_backward,
         topk_gate,
         top2_sum_gate,
+        topk_sum_and_topk_group_idx,
+        normalize_weight,
+        mask_indices_by_tp,
+        group_count,
         moe_expand,
         moe_reduce,
         engram_gate,

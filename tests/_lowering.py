@@ -23,3 +23,12 @@ def lower_source(func, arch: str, name: str) -> str:
     target = Target({"kind": "cuda", "arch": arch})
     with tvm.transform.PassContext(opt_level=3), target:
         return tilelang.lower(func.with_attr("global_symbol", name), target=target).kernel_source
+
+
+def default_arch_sources(factory, name: str, **key: str):
+    """(arch, device source) of `factory`'s kernel (key `key`) on each default arch: the
+    lowering smoke test of an op with one generic variant."""
+    from kernels_py.spec import DEFAULT_ARCHS
+
+    for arch in DEFAULT_ARCHS:
+        yield arch, lower_source(factory(arch=arch, **key), arch, name)

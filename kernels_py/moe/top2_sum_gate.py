@@ -54,6 +54,7 @@ no ``ep_rank``: it only picks a duplicate there) and ``unmapped_topk_idx``. Indi
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..spec import KernelSpec
+from .order_key import INT_MIN, key, value
 
 DTYPES = ("float32",)
 SCORINGS = ("sigmoid",)
@@ -65,7 +66,6 @@ MAX_P = 32  # output columns (k + shared experts): one lane each
 MAX_GROUPS = 32  # one lane per group
 THREADS = 128
 WARP = 32
-INT_MAX, INT_MIN = 0x7FFFFFFF, -0x80000000
 PAD = INT_MIN + 1  # key of a slot past E: below key(-inf), above a picked slot's INT_MIN
 NO_INDEX = 1 << 30  # above every expert index: the argmax's identity
 
@@ -120,15 +120,6 @@ def _kernel(e: int | None):
     def sigmoid(x):
         """torch's float32 sigmoid formula, IEEE division: 1 / (1 + expf(-x))."""
         return T.ieee_fdiv(one, one + T.exp(-x))
-
-    def key(x):
-        """x's int32 order key: larger float, larger key; -0 as +0; every NaN INT32_MAX."""
-        b = T.reinterpret(T.ieee_add(x, T.float32(0)), "int32")
-        return T.if_then_else(T.isnan(x), INT_MAX, b ^ ((b >> 31) & INT_MAX))
-
-    def value(k):
-        """The float a key stands for (INT32_MAX: a NaN)."""
-        return T.reinterpret(k ^ ((k >> 31) & INT_MAX), "float32")
 
     @T.macro
     def load(logits, bias, v, b, row, lane):

@@ -26,8 +26,11 @@ from .cast_back import cast_back
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
 from .gemm import gemm
+from .group_count import group_count
+from .mask_indices_by_tp import mask_indices_by_tp
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
+from .normalize_weight import normalize_weight
 from .per_block_cast_fp8 import per_block_cast_fp8
 from .per_token_cast_fp4 import per_token_cast_fp4
 from .per_token_cast_fp8 import per_token_cast_fp8
@@ -38,6 +41,7 @@ from .swiglu import swiglu
 from .swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from .top2_sum_gate import top2_sum_gate
 from .topk_gate import topk_gate
+from .topk_sum_and_topk_group_idx import topk_sum_and_topk_group_idx
 from .transpose import transpose
 
 if TYPE_CHECKING:
@@ -52,9 +56,12 @@ __all__ = [
     "engram_gate",
     "engram_gate_backward",
     "gemm",
+    "group_count",
     "info",
+    "mask_indices_by_tp",
     "moe_expand",
     "moe_reduce",
+    "normalize_weight",
     "per_block_cast_fp8",
     "per_token_cast_fp4",
     "per_token_cast_fp8",
@@ -66,6 +73,7 @@ __all__ = [
     "swiglu_per_token_cast_fp8",
     "top2_sum_gate",
     "topk_gate",
+    "topk_sum_and_topk_group_idx",
     "transpose",
     "use_stream",
 ]

@@ -23,8 +23,11 @@ from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
 from ..gemm import gemm
+from ..group_count import group_count
+from ..mask_indices_by_tp import mask_indices_by_tp
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
+from ..normalize_weight import normalize_weight
 from ..per_block_cast_fp8 import per_block_cast_fp8
 from ..per_token_cast_fp4 import per_token_cast_fp4
 from ..per_token_cast_fp8 import per_token_cast_fp8
@@ -35,6 +38,7 @@ from ..swiglu import swiglu
 from ..swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from ..top2_sum_gate import top2_sum_gate
 from ..topk_gate import topk_gate
+from ..topk_sum_and_topk_group_idx import topk_sum_and_topk_group_idx
 from ..transpose import transpose
 
 # Annotations of the public functions -> torch schema types (`from __future__ import
@@ -93,6 +97,10 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(cast_back),
     _from_schema(topk_gate),
     _from_schema(top2_sum_gate),
+    _from_schema(topk_sum_and_topk_group_idx),
+    _from_schema(normalize_weight),
+    _from_schema(mask_indices_by_tp),
+    _from_schema(group_count),
     _from_schema(swiglu),
     _from_schema(swiglu_per_token_cast_fp8),
     _from_schema(transpose),

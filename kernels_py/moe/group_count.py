@@ -1,0 +1,94 @@
+"""Tokens per group: a histogram of group (expert) indices (TileKernels 1.0.0's
+``group_count``).
+
+``counts[g]`` = the number of entries of ``group_idx[T, K]`` equal to g, for ``0 <= g < G``;
+negative entries are padding and not counted (as TileKernels); entries ``>= G`` are not counted
+either (TileKernels' kernel stops on them with a device assert and its reference raises).
+int32 in and out.
+
+Two kernels in order: the first zeroes ``counts`` (a thread per group); the second gives each
+256-thread block ``CHUNK`` consecutive entries (coalesced, ``ITEMS`` per thread), counted with
+shared-memory atomics in a histogram of G bins, then added to ``counts`` with one global
+atomic per nonzero bin. G is a runtime size: groups past ``MAX_GROUPS`` (the shared
+histogram's size) are counted with global atomics directly. One generic variant. The counts
+are exact integers: the order of the atomics does not matter.
+"""
+
+# No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+
+from ..ceildiv import ceildiv
+from ..spec import KernelSpec
+
+DTYPES = ("int32",)
+THREADS = 256
+ITEMS = 8  # entries per thread
+CHUNK = THREADS * ITEMS  # entries per block
+MAX_GROUPS = 8192  # bins of the shared histogram (32 KB); larger groups: global atomics
+
+
+def factory(arch: str, dtype: str):
+    """TileLang prim_func ``(group_idx[T, K] i32, counts[G] i32)``. ``arch`` does not change
+    the code."""
+    if dtype not in DTYPES:
+        raise ValueError(f"group_count: unsupported dtype {dtype!r}")
+    return _kernel()
+
+
+def _kernel():
+    import tilelang.language as T
+
+    Tn = T.dynamic("T")
+    K = T.dynamic("K")
+    G = T.dynamic("G")
+
+    @T.prim_func
+    def group_count(
+        group_idx: T.Tensor((Tn, K), "int32"),
+        counts: T.Tensor((G,), "int32"),
+    ):
+        with T.Kernel(ceildiv(T, G, THREADS), threads=THREADS) as bx:
+            g = bx * THREADS + T.get_thread_binding()
+            if g < G:
+                counts[g] = 0
+        with T.Kernel(ceildiv(T, Tn * K, CHUNK), threads=THREADS) as bx:
+            tx = T.get_thread_binding()
+            hist = T.alloc_shared((MAX_GROUPS,), "int32")
+            v = T.alloc_var("int32")
+            bins = T.min(G, MAX_GROUPS)
+            for r in T.serial(T.ceildiv(bins, THREADS)):
+                if r * THREADS + tx < bins:
+                    hist[r * THREADS + tx] = 0
+            T.sync_threads()
+            for it in T.unroll(ITEMS):
+                e = bx * CHUNK + it * THREADS + tx
+                if e < Tn * K:
+                    v = group_idx[e // K, e % K]
+                    if (v >= 0) & (v < bins):
+                        T.atomic_add(hist[v], 1)
+                    elif (v >= bins) & (v < G):  # past the histogram: counted in place
+                        T.atomic_add(counts[v], 1)
+            T.sync_threads()
+            for r in T.serial(T.ceildiv(bins, THREADS)):
+                if r * THREADS + tx < bins:
+                    if hist[r * THREADS + tx] > 0:
+                        T.atomic_add(counts[r * THREADS + tx], hist[r * THREADS + tx])
+
+    return group_count
+
+
+def reference(group_idx, num_groups: int):
+    """torch reference, TileKernels' semantics: int32 counts of the entries in [0, G)."""
+    import torch
+
+    valid = group_idx[(group_idx >= 0) & (group_idx < num_groups)].long()
+    return torch.bincount(valid, minlength=num_groups).to(torch.int32)
+
+
+SPEC = KernelSpec(
+    op="group_count",
+    factory=factory,
+    keys=tuple({"dtype": d} for d in DTYPES),
+    specs=({},),
+    reference=reference,
+    doc="counts[G] = how many entries of group_idx[T, K] hold each group (negatives ignored).",
+)

@@ -1,0 +1,78 @@
+"""Each token's top-k weights divided by their sum (TileKernels 1.0.0's ``normalize_weight``).
+
+For each row ``t`` of ``topk_weights[T, K]`` (float32)::
+
+    denominator[t]           = ((1e-20 + w[t, 0]) + w[t, 1]) + ... + w[t, K - 1]
+    normalized_weights[t, j] = w[t, j] / denominator[t]
+
+in float32, summed left to right from 1e-20 (as TileKernels' kernel and reference, which keeps
+a row of zeros finite: 0 / 1e-20 = 0), IEEE division. NaN and inf propagate as in torch.
+
+Kernel: a thread per row, 128 rows per block: K (a runtime size) summed in a serial loop,
+then the row re-read (from L1) and divided. One generic variant.
+"""
+
+# No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+
+from ..ceildiv import ceildiv
+from ..spec import KernelSpec
+
+DTYPES = ("float32",)
+THREADS = 128
+FLOOR = 1e-20  # the sum's start: TileKernels' "align with top2_sum_gate" epsilon
+
+
+def factory(arch: str, dtype: str):
+    """TileLang prim_func ``(topk_weights[T, K] f32, denominator[T] f32,
+    normalized_weights[T, K] f32)``. ``arch`` does not change the code."""
+    if dtype not in DTYPES:
+        raise ValueError(f"normalize_weight: unsupported dtype {dtype!r}")
+    return _kernel()
+
+
+def _kernel():
+    import tilelang.language as T
+
+    Tn = T.dynamic("T")
+    K = T.dynamic("K")
+
+    @T.prim_func
+    def normalize_weight(
+        topk_weights: T.Tensor((Tn, K), "float32"),
+        denominator: T.Tensor((Tn,), "float32"),
+        normalized_weights: T.Tensor((Tn, K), "float32"),
+    ):
+        with T.Kernel(ceildiv(T, Tn, THREADS), threads=THREADS) as bx:
+            row = bx * THREADS + T.get_thread_binding()
+            total = T.alloc_var("float32", init=T.float32(FLOOR))
+            if row < Tn:
+                for j in T.serial(K):
+                    total = T.ieee_add(total, topk_weights[row, j])
+                denominator[row] = total
+                for j in T.serial(K):
+                    normalized_weights[row, j] = T.ieee_fdiv(topk_weights[row, j], total)
+
+    return normalize_weight
+
+
+def reference(topk_weights):
+    """torch reference, TileKernels' semantics: ``(denominator, normalized_weights)``, the sum
+    taken column by column from 1e-20 in float32, then one float32 division per weight."""
+    import torch
+
+    w = topk_weights.float()
+    total = torch.full(w.shape[:1], FLOOR, dtype=torch.float32, device=w.device)
+    for column in w.unbind(dim=1):
+        total = total + column
+    return total, w / total[:, None]
+
+
+SPEC = KernelSpec(
+    op="normalize_weight",
+    factory=factory,
+    keys=tuple({"dtype": d} for d in DTYPES),
+    specs=({},),
+    reference=reference,
+    doc="denominator, normalized_weights = the row sums of topk_weights[T, K] (from 1e-20) and "
+    "the weights divided by them.",
+)
