@@ -445,6 +445,35 @@ def sinkhorn_normalize_backward(d: Draw) -> Call:
     return c
 
 
+def expand_to_mhc(d: Draw) -> Call:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    x = d.randn((*lead, h), BF16)
+    shape = (*lead, r, h)
+    c = Call(
+        {"hidden": x, "mhc_mult": r},
+        [(shape, BF16)],
+        math.prod(shape) > 0,
+        bad={"mhc_mult": [0, -1, 1.5, "4", True, None]},
+    )
+    out = d.outs(c, [("out", shape, BF16)], pair=False)
+    c.slot(("hidden",), "hidden", (BF16,), every(x.shape) if out else (), fixed_rank=out)
+    c.check = lambda y: _same_bits([y], [_ref("mhc.expand_to_mhc")(x, r)])  # a copy
+    return c
+
+
+def expand_to_mhc_backward(d: Draw) -> Call:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    go = d.randn((*lead, r, h), BF16)
+    shape = (*lead, h)
+    c = Call({"grad_out": go}, [(shape, BF16)], r > 0 and math.prod(shape) > 0)
+    out = d.outs(c, [("out", shape, BF16)], pair=False)
+    tied = tuple(i for i in every(go.shape) if i != go.dim() - 2)  # out= ties all but R
+    c.slot(("grad_out",), "grad_out", (BF16,), tied if out else (), fixed_rank=out)
+    # tests/test_gpu_expand_to_mhc.py: bit-exact (float32 sums in order, rounded once)
+    c.check = lambda g: _same_bits([g], [_ref("mhc.expand_to_mhc_backward")(go)])
+    return c
+
+
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
@@ -717,6 +746,8 @@ BUILDERS = {
         transpose,
         sinkhorn_normalize,
         sinkhorn_normalize_backward,
+        expand_to_mhc,
+        expand_to_mhc_backward,
         topk_gate,
         top2_sum_gate,
         moe_expand,

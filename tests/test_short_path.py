@@ -106,6 +106,8 @@ CASES = {
         lambda: ((_f32(6, 4, 4),), {"repeat": 3, "eps": 1e-6, "out": _f32(6, 4, 4)}),
         {1},
     ),
+    "expand_to_mhc": (lambda: ((t(5, 2048), 4), {"out": t(5, 4, 2048)}), {1}),
+    "expand_to_mhc_backward": (lambda: ((t(5, 4, 2048),), {"out": t(5, 2048)}), {1}),
     "per_token_cast_fp8": (
         lambda: (
             (t(13, 512),),

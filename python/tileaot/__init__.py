@@ -25,6 +25,8 @@ from ._info import info
 from .cast_back import cast_back
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
+from .expand_to_mhc import expand_to_mhc
+from .expand_to_mhc_backward import expand_to_mhc_backward
 from .gemm import gemm
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
@@ -51,6 +53,8 @@ __all__ = [
     "cast_back",
     "engram_gate",
     "engram_gate_backward",
+    "expand_to_mhc",
+    "expand_to_mhc_backward",
     "gemm",
     "info",
     "moe_expand",

@@ -22,6 +22,8 @@ import torch
 from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
+from ..expand_to_mhc import expand_to_mhc
+from ..expand_to_mhc_backward import expand_to_mhc_backward
 from ..gemm import gemm
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
@@ -130,6 +132,8 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(transpose),
     _from_schema(sinkhorn_normalize),
     _from_schema(sinkhorn_normalize_backward, dense=_GRAD),
+    _from_schema(expand_to_mhc),
+    _from_schema(expand_to_mhc_backward, dense=_GRAD),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     OpSpec(

@@ -1,0 +1,56 @@
+"""CPU parity of our mHC references with TileKernels' (`tile-kernels` 1.0.0), op by op.
+
+As tests/test_parity_mhc_engram.py does for sinkhorn: our reference (`kernels_py/mhc/<op>.py`,
+what the GPU tests hold the kernels to) must compute what ``tile_kernels.torch.mhc`` computes,
+forward, and backward against autograd of TileKernels' reference (what TileKernels' own
+backward tests compare with), within the bounds of TileKernels' tests:
+
+* expand_to_mhc: a copy, and its gradient a sum of R bf16 values in float32 rounded once:
+  bit-exact both (TileKernels has no test of its own for it).
+
+Sizes are the issue's matrix: mhc_mult n in {4, 8}, hidden in {2048, 4096, 7168}, odd token
+counts (small, to keep the CPU time short).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _tile_kernels import tk  # noqa: E402
+
+from kernels_py.mhc import expand_to_mhc as expand_fwd  # noqa: E402
+from kernels_py.mhc import expand_to_mhc_backward as expand_bwd  # noqa: E402
+
+MHC_N = (4, 8)
+HIDDEN = (2048, 4096, 7168)
+TOKENS = (1, 7, 33)
+BF16 = torch.bfloat16
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.int16)
+
+
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("n", MHC_N)
+def test_expand_to_mhc_forward_and_backward_match_tile_kernels(n, hidden, tokens):
+    ref_fn = tk("mhc").expand_to_mhc_ref
+    x = torch.randn(2, tokens, hidden).to(BF16)
+    grad_out = torch.randn(2, tokens, n, hidden).to(BF16)
+
+    leaf = x.clone().requires_grad_(True)
+    want = ref_fn(leaf, n)
+    want.backward(grad_out)
+    got = expand_fwd.reference(x, n)
+    grad = expand_bwd.reference(grad_out)
+    assert got.dtype == grad.dtype == BF16 and got.shape == (2, tokens, n, hidden)
+    assert torch.equal(_bits(got), _bits(want.detach()))
+    assert grad.shape == leaf.grad.shape and torch.equal(_bits(grad), _bits(leaf.grad))
