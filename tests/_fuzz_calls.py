@@ -474,6 +474,48 @@ def expand_to_mhc_backward(d: Draw) -> Call:
     return c
 
 
+def mhc_pre_apply_mix(d: Draw) -> Call:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    x = d.randn((*lead, r, h), BF16)
+    mix = d.randn((*lead, r, 1), FP32)
+    shape = (*lead, h)
+    c = Call({"x": x, "mix": mix}, [(shape, BF16)], math.prod(shape) > 0)
+    out = d.outs(c, [("out", shape, BF16)], pair=False)
+    tied = every(x.shape)[:-1]  # mix ties the leading dims and R (H: only out= does)
+    c.slot(("x",), "x", (BF16,), every(x.shape) if out else tied, fixed_rank=out)
+    c.slot(("mix",), "mix", (FP32,), every(mix.shape))
+
+    def check(y: torch.Tensor) -> None:  # tests/test_gpu_mhc_pre_apply_mix.py's bound
+        _close(y, _ref("mhc.mhc_pre_apply_mix")(x, mix), rtol=1e-3, atol=1e-2)
+
+    c.check = check
+    return c
+
+
+def mhc_pre_apply_mix_backward(d: Draw) -> Call:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    go = d.randn((*lead, h), BF16)
+    x = d.randn((*lead, r, h), BF16)
+    mix = d.randn((*lead, r, 1), FP32)
+    c = Call(
+        {"grad_out": go, "x": x, "mix": mix},
+        [(x.shape, BF16), (mix.shape, FP32)],
+        mix.numel() > 0 and h > 0,
+    )
+    d.outs(c, [("grad_x", x.shape, BF16), ("grad_mix", mix.shape, FP32)])
+    c.slot(("grad_out",), "grad_out", (BF16,), every(go.shape))
+    c.slot(("x",), "x", (BF16,), every(x.shape))
+    c.slot(("mix",), "mix", (FP32,), every(mix.shape))
+
+    def check(grads: tuple) -> None:  # tests/test_gpu_mhc_pre_apply_mix.py's bounds
+        want = _ref("mhc.mhc_pre_apply_mix_backward")(go, x, mix)
+        for g, w in zip(grads, want, strict=True):
+            _close(g, w, rtol=1e-3, atol=1e-2)
+
+    c.check = check
+    return c
+
+
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
@@ -748,6 +790,8 @@ BUILDERS = {
         sinkhorn_normalize_backward,
         expand_to_mhc,
         expand_to_mhc_backward,
+        mhc_pre_apply_mix,
+        mhc_pre_apply_mix_backward,
         topk_gate,
         top2_sum_gate,
         moe_expand,

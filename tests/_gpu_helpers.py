@@ -32,3 +32,12 @@ def assert_every_variant_exercised(ops: Iterable[str], seen: set[str]) -> None:
 
     arch, missing = unexercised(_lib.native(), ops, seen)
     assert not missing, f"variants never exercised on {arch}: {missing}"
+
+
+def selected(op: str, key: str, shapes: Iterable[tuple[int, ...]]) -> str:
+    """The variant the runtime serves for a call of (`op`, `key`) with these tensor shapes."""
+    from tileaot import _lib
+
+    native = _lib.native()
+    flat = tuple(d for s in shapes for d in s)
+    return native.select(native.lookup(op, key), 0, flat)

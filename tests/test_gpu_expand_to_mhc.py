@@ -11,7 +11,7 @@ through autograd, and check that every variant built for this GPU was exercised.
 from __future__ import annotations
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -33,11 +33,7 @@ CASES = [  # (tokens, R, H)
 
 
 def _select(op: str, shapes) -> str:
-    from tileaot import _lib
-
-    native = _lib.native()
-    flat = tuple(d for s in shapes for d in s)
-    return native.select(native.lookup(op, "bf16"), 0, flat)
+    return selected(op, "bf16", shapes)
 
 
 def _ref(name: str):

@@ -11,6 +11,8 @@ from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.mhc import expand_to_mhc as expand_fwd  # noqa: E402
 from kernels_py.mhc import expand_to_mhc_backward as expand_bwd  # noqa: E402
+from kernels_py.mhc import mhc_pre_apply_mix as pre_mix_fwd  # noqa: E402
+from kernels_py.mhc import mhc_pre_apply_mix_backward as pre_mix_bwd  # noqa: E402
 from kernels_py.spec import DEFAULT_ARCHS  # noqa: E402
 
 
@@ -29,10 +31,28 @@ def test_expand_references_against_a_loop():
     assert torch.equal(expand_bwd.reference(g), torch.tensor(acc).to(torch.bfloat16))
 
 
+def test_pre_apply_mix_references_in_float64():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 40).to(torch.bfloat16)
+    mix = torch.rand(3, 4, 1)
+    want = (x.double() * mix.double()).sum(-2)
+    torch.testing.assert_close(pre_mix_fwd.reference(x, mix).double(), want, rtol=8e-3, atol=0)
+    g = torch.randn(3, 40).to(torch.bfloat16)
+    grad_x, grad_mix = pre_mix_bwd.reference(g, x, mix)
+    want_x = mix.double() * g.double().unsqueeze(-2)
+    torch.testing.assert_close(grad_x.double(), want_x, rtol=8e-3, atol=0)  # bf16 rounding
+    want_mix = (g.double().unsqueeze(-2) * x.double()).sum(-1, keepdim=True)
+    torch.testing.assert_close(grad_mix.double(), want_mix, rtol=1e-5, atol=1e-5)
+
+
+# (module, whether the kernel reduces across threads through shared memory)
+KERNELS = [(expand_fwd, False), (expand_bwd, False), (pre_mix_fwd, False), (pre_mix_bwd, True)]
+
+
 @needs_tilelang
 @pytest.mark.parametrize("arch", DEFAULT_ARCHS)
-@pytest.mark.parametrize("module", [expand_fwd, expand_bwd], ids=["forward", "backward"])
-def test_lower_expand_per_thread_with_16_byte_stores(module, arch):
-    src = lower_source(module.factory(arch=arch, dtype="bfloat16"), arch, "mhc_expand_test")
-    assert "tl::store_global_128(" in src and "__shared__" not in src
+@pytest.mark.parametrize(("module", "shared"), KERNELS, ids=[m.SPEC.op for m, _ in KERNELS])
+def test_lower_per_thread_with_16_byte_stores(module, shared, arch):
+    src = lower_source(module.factory(arch=arch, dtype="bfloat16"), arch, "mhc_test")
+    assert "tl::store_global_128(" in src and ("__shared__" in src) == shared
     assert "(H % 8) == 0" in src  # the runtime branch between vector and element accesses

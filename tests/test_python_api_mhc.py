@@ -16,6 +16,11 @@ __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
 expand = importlib.import_module("tileaot.expand_to_mhc").expand_to_mhc
 expand_bwd = importlib.import_module("tileaot.expand_to_mhc_backward").expand_to_mhc_backward
+pre_mix = importlib.import_module("tileaot.mhc_pre_apply_mix").mhc_pre_apply_mix
+pre_mix_bwd = importlib.import_module(
+    "tileaot.mhc_pre_apply_mix_backward"
+).mhc_pre_apply_mix_backward
+F32 = torch.float32
 
 BAD_CALLS = [  # (id, call, exception, message regex)
     ("expand-float-mult", lambda: expand(t(4, 64), 4.0), TypeError, r"mhc_mult must be an int"),
@@ -34,6 +39,32 @@ BAD_CALLS = [  # (id, call, exception, message regex)
         r"grad_out must have shape \(\.\.\., R, H\)",
     ),
     ("expand-bwd-out", lambda: expand_bwd(t(4, 2, 64), out=t(4, 2, 64)), ValueError, r"out has"),
+    (
+        "pre-mix-lead",
+        lambda: pre_mix(t(2, 3, 4, 64), t(3, 2, 4, 1, dtype=F32)),
+        ValueError,
+        r"mix has leading dims \(3, 2\); they must match x's \(2, 3\)",
+    ),
+    (
+        "pre-mix-not-1",
+        lambda: pre_mix(t(3, 4, 64), t(3, 4, 2, dtype=F32)),
+        ValueError,
+        r"mix must have shape",
+    ),
+    ("pre-mix-r", lambda: pre_mix(t(3, 4, 64), t(3, 2, 1, dtype=F32)), ValueError, r"mix"),
+    ("pre-mix-bf16-mix", lambda: pre_mix(t(3, 4, 64), t(3, 4, 1)), TypeError, r"mix has dtype"),
+    (
+        "pre-mix-bwd-lead",
+        lambda: pre_mix_bwd(t(2, 3, 64), t(3, 2, 4, 64), t(2, 3, 4, 1, dtype=F32)),
+        ValueError,
+        r"x has leading dims \(3, 2\); they must match grad_out's \(2, 3\)",
+    ),
+    (
+        "pre-mix-bwd-h",
+        lambda: pre_mix_bwd(t(3, 32), t(3, 4, 64), t(3, 4, 1, dtype=F32)),
+        ValueError,
+        r"x must have shape",
+    ),
 ]
 
 
@@ -75,3 +106,24 @@ def test_expand_autograd_launches_the_backward_with_a_dense_gradient(fake, cpu_a
         expand(x, 4, out=t(6, 4, 64))
     with torch.no_grad():
         assert expand(x, 4).grad_fn is None
+
+
+def test_pre_apply_mix_empty_sum_is_zeros(fake, cpu_as_cuda):
+    got = pre_mix(t(3, 0, 8), t(3, 0, 1, dtype=F32))
+    assert torch.equal(got, torch.zeros(3, 8, dtype=torch.bfloat16))
+    grad_x, grad_mix = pre_mix_bwd(t(3, 0), t(3, 4, 0), t(3, 4, 1, dtype=F32))
+    assert grad_x.shape == (3, 4, 0) and torch.equal(grad_mix, torch.zeros(3, 4, 1))
+    assert not fake.launches
+
+
+def test_pre_apply_mix_autograd_passes_the_saved_inputs(fake, cpu_as_cuda):
+    x = t(6, 4, 64).requires_grad_()
+    mix = t(6, 4, 1, dtype=F32)  # no gradient wanted: grad_mix is dropped
+    y = pre_mix(x, mix)
+    y.sum().backward()
+    fwd, bwd = fake.launches
+    assert fake.by_handle[bwd.handle] == ("mhc_pre_apply_mix_backward", "bf16")
+    assert bwd.ptrs[1:3] == (x.data_ptr(), mix.data_ptr())
+    assert bwd.ptrs[3] == x.grad.data_ptr() and mix.grad is None
+    with pytest.raises(ValueError, match="out= is not allowed when x or mix requires grad"):
+        pre_mix(x, mix, out=t(6, 64))

@@ -34,6 +34,8 @@ SCHEMA_OPS = (
     "sinkhorn_normalize_backward",
     "expand_to_mhc",
     "expand_to_mhc_backward",
+    "mhc_pre_apply_mix",
+    "mhc_pre_apply_mix_backward",
     "moe_reduce",
     "moe_expand",
     "top2_sum_gate",
@@ -199,6 +201,16 @@ EXAMPLES = {
     ),
     "expand_to_mhc": ("bf16", "hidden[32768, 7168], mhc_mult=4", (32768, 7168, 32768, 4, 7168)),
     "expand_to_mhc_backward": ("bf16", "grad_out[32768, 4, 7168]", (32768, 4, 7168, 32768, 7168)),
+    "mhc_pre_apply_mix": (
+        "bf16",
+        "x[32768, 4, 7168] mix[32768, 4, 1]",
+        (32768, 4, 7168, 32768, 4, 1, 32768, 7168),
+    ),
+    "mhc_pre_apply_mix_backward": (
+        "bf16",
+        "grad_out[32768, 7168] x[32768, 4, 7168] mix[32768, 4, 1]",
+        (32768, 7168, 32768, 4, 7168, 32768, 4, 1, 32768, 4, 7168, 32768, 4, 1),
+    ),
     "moe_reduce": (
         "bf16,bf16,sum",
         "y_sorted[36608, 7168] token_pos[4096, 8]",
@@ -219,6 +231,8 @@ WRITES = {
     "sinkhorn_normalize_backward": 0b100,
     "expand_to_mhc": 0b10,
     "expand_to_mhc_backward": 0b10,
+    "mhc_pre_apply_mix": 0b100,
+    "mhc_pre_apply_mix_backward": 0b11000,
     "moe_reduce": 0b1000,  # with every optional tensor (weights); writes_of() without
     "moe_expand": 0b1111111000,  # outputs and scratch (moe_expand has no short path)
     "top2_sum_gate": 0b1100,
@@ -239,6 +253,8 @@ TORCH_ARGS = {
     "sinkhorn_normalize_backward": "Tensor grad_out, Tensor logits, int repeat=10, float eps=1e-06",
     "expand_to_mhc": "Tensor hidden, int mhc_mult",
     "expand_to_mhc_backward": "Tensor grad_out",
+    "mhc_pre_apply_mix": "Tensor x, Tensor mix",
+    "mhc_pre_apply_mix_backward": "Tensor grad_out, Tensor x, Tensor mix",
     "moe_reduce": (
         "Tensor y_sorted, Tensor token_pos, Tensor? weights=None, ScalarType? out_dtype=None"
     ),
@@ -332,6 +348,12 @@ F32, I32, BF16, E4M3 = torch.float32, torch.int32, torch.bfloat16, torch.float8_
         ),
         ("expand_to_mhc", lambda: (t(2, 3, 40), 4), [(2, 3, 4, 40)]),
         ("expand_to_mhc_backward", lambda: (t(2, 3, 8, 40),), [(2, 3, 40)]),
+        ("mhc_pre_apply_mix", lambda: (t(2, 3, 4, 40), t(2, 3, 4, 1, dtype=F32)), [(2, 3, 40)]),
+        (
+            "mhc_pre_apply_mix_backward",
+            lambda: (t(5, 40), t(5, 4, 40), t(5, 4, 1, dtype=F32)),
+            [(5, 4, 40), (5, 4, 1, "fp32")],
+        ),
         ("moe_reduce", lambda: (t(20, 64), t(6, 2, dtype=I32), None, None), [(6, 64)]),
         (
             "moe_reduce",

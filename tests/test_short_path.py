@@ -108,6 +108,17 @@ CASES = {
     ),
     "expand_to_mhc": (lambda: ((t(5, 2048), 4), {"out": t(5, 4, 2048)}), {1}),
     "expand_to_mhc_backward": (lambda: ((t(5, 4, 2048),), {"out": t(5, 2048)}), {1}),
+    "mhc_pre_apply_mix": (
+        lambda: ((t(5, 4, 2048), _f32(5, 4, 1)), {"out": t(5, 2048)}),
+        {2},
+    ),
+    "mhc_pre_apply_mix_backward": (
+        lambda: (
+            (t(5, 2048), t(5, 4, 2048), _f32(5, 4, 1)),
+            {"out": (t(5, 4, 2048), _f32(5, 4, 1))},
+        ),
+        {3, 4},
+    ),
     "per_token_cast_fp8": (
         lambda: (
             (t(13, 512),),

@@ -25,7 +25,7 @@ def factory(arch: str, dtype: str):
     import tilelang.language as T
 
     M, R, H = T.dynamic("M"), T.dynamic("R"), T.dynamic("H")
-    tile = Tile(T, M, H)
+    stream_sum = stream_sum_macro(T, M, R, H, weighted=False)
 
     @T.prim_func
     def expand_to_mhc_backward(
@@ -33,47 +33,70 @@ def factory(arch: str, dtype: str):
         grad_x: T.Tensor((M, H), "bfloat16"),
     ):
         with T.Kernel(ceildiv(T, M, ROWS), ceildiv(T, H, COLS), threads=THREADS) as (bm, bc):
-            tx = T.get_thread_binding()
-            col = tile.col(bc, tx)
-            g = T.alloc_local((ROWS, VEC), "bfloat16")
-            acc = T.alloc_local((ROWS, VEC), "float32")
-            o = T.alloc_local((ROWS, VEC), "bfloat16")
-            bits = T.view(o, (ROWS * 4,), "uint32")  # o as 4-byte words, for the stores
-            for r in T.unroll(ROWS):
-                for e in T.unroll(VEC):
-                    acc[r, e] = T.float32(0)
-            if H % VEC == 0:
-                T.assume(H % VEC == 0)  # rows start 16-byte aligned: vector accesses
-                for m in T.serial(R):
-                    for r in T.unroll(ROWS):
-                        for e in T.vectorized(VEC):
-                            g[r, e] = T.if_then_else(
-                                tile.whole(bm, bc, tx, r),
-                                grad_out[bm * ROWS + r, m, col + e],
-                                T.bfloat16(0),
-                            )
-                    for r in T.unroll(ROWS):
-                        for e in T.unroll(VEC):
-                            acc[r, e] = acc[r, e] + T.cast(g[r, e], "float32")
+            stream_sum(grad_out, None, grad_x, bm, bc)
+
+    return expand_to_mhc_backward
+
+
+def stream_sum_macro(T, M, R, H, weighted: bool):
+    """Macro ``(src[M, R, H], w[M, R, 1] or None, dst[M, H], bm, bc)``: the block's tile of
+    ``dst[t, :] = bf16(sum_r w[t, r] * src[t, r, :])`` (``w`` = 1 unless `weighted`), float32
+    sums from 0 in r order. Also mhc_pre_apply_mix's forward (weighted)."""
+    tile = Tile(T, M, H)
+
+    def term(w, row, m, value):
+        if not weighted:
+            return value
+        return T.if_then_else(row < M, w[row, m, 0], T.float32(0)) * value
+
+    @T.macro
+    def stream_sum(src, w, dst, bm, bc):
+        tx = T.get_thread_binding()
+        col = tile.col(bc, tx)
+        g = T.alloc_local((ROWS, VEC), "bfloat16")
+        acc = T.alloc_local((ROWS, VEC), "float32")
+        o = T.alloc_local((ROWS, VEC), "bfloat16")
+        bits = T.view(o, (ROWS * 4,), "uint32")  # o as 4-byte words, for the stores
+        for r in T.unroll(ROWS):
+            for e in T.unroll(VEC):
+                acc[r, e] = T.float32(0)
+        if H % VEC == 0:
+            T.assume(H % VEC == 0)  # rows start 16-byte aligned: vector accesses
+            for m in T.serial(R):
+                for r in T.unroll(ROWS):
+                    for e in T.vectorized(VEC):
+                        g[r, e] = T.if_then_else(
+                            tile.whole(bm, bc, tx, r),
+                            src[bm * ROWS + r, m, col + e],
+                            T.bfloat16(0),
+                        )
                 for r in T.unroll(ROWS):
                     for e in T.unroll(VEC):
-                        o[r, e] = T.cast(acc[r, e], "bfloat16")
-                    if tile.whole(bm, bc, tx, r):
-                        T.stg128(grad_x[bm * ROWS + r, col], bits.vload([r * 4], "uint32x4"))
-            else:
-                for m in T.serial(R):
-                    for r in T.unroll(ROWS):
-                        for e in T.unroll(VEC):
-                            if tile.inside(bm, bc, tx, r, e):
-                                acc[r, e] = acc[r, e] + T.cast(
-                                    grad_out[bm * ROWS + r, m, col + e], "float32"
-                                )
+                        acc[r, e] = acc[r, e] + term(
+                            w, bm * ROWS + r, m, T.cast(g[r, e], "float32")
+                        )
+            for r in T.unroll(ROWS):
+                for e in T.unroll(VEC):
+                    o[r, e] = T.cast(acc[r, e], "bfloat16")
+                if tile.whole(bm, bc, tx, r):
+                    T.stg128(dst[bm * ROWS + r, col], bits.vload([r * 4], "uint32x4"))
+        else:
+            for m in T.serial(R):
                 for r in T.unroll(ROWS):
                     for e in T.unroll(VEC):
                         if tile.inside(bm, bc, tx, r, e):
-                            grad_x[bm * ROWS + r, col + e] = T.cast(acc[r, e], "bfloat16")
+                            acc[r, e] = acc[r, e] + term(
+                                w,
+                                bm * ROWS + r,
+                                m,
+                                T.cast(src[bm * ROWS + r, m, col + e], "float32"),
+                            )
+            for r in T.unroll(ROWS):
+                for e in T.unroll(VEC):
+                    if tile.inside(bm, bc, tx, r, e):
+                        dst[bm * ROWS + r, col + e] = T.cast(acc[r, e], "bfloat16")
 
-    return expand_to_mhc_backward
+    return stream_sum
 
 
 def reference(grad_out):

@@ -28,6 +28,8 @@ from .engram_gate_backward import engram_gate_backward
 from .expand_to_mhc import expand_to_mhc
 from .expand_to_mhc_backward import expand_to_mhc_backward
 from .gemm import gemm
+from .mhc_pre_apply_mix import mhc_pre_apply_mix
+from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .per_block_cast_fp8 import per_block_cast_fp8
@@ -57,6 +59,8 @@ __all__ = [
     "expand_to_mhc_backward",
     "gemm",
     "info",
+    "mhc_pre_apply_mix",
+    "mhc_pre_apply_mix_backward",
     "moe_expand",
     "moe_reduce",
     "per_block_cast_fp8",

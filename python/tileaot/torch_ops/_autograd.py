@@ -2,9 +2,9 @@
 
 All are traceable (no ``data_ptr``, no launch): under ``torch.compile`` AOTAutograd traces them
 into the backward graph, where the backward op is one opaque node like the forward. The eager
-`torch.autograd.Function`s in ``tileaot.sinkhorn_normalize`` / ``tileaot.engram_gate`` /
-``tileaot.expand_to_mhc`` do the same for plain wrapper calls; the custom ops cannot reuse them
-(a custom op's forward must be the op).
+`torch.autograd.Function`s in ``tileaot.sinkhorn_normalize``, ``tileaot.engram_gate`` and the
+mHC ops do the same for plain wrapper calls; the custom ops cannot reuse them (a custom op's
+forward must be the op).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..expand_to_mhc import SCHEMA as _EXPAND
+from ..mhc_pre_apply_mix import SCHEMA as _PRE_APPLY_MIX
 from ..sinkhorn_normalize import SCHEMA as _SINKHORN
 
 
@@ -23,6 +24,9 @@ def register_autograd(defs: dict[str, Any]) -> None:
     )
     defs["engram_gate"].register_autograd(_engram_gate_backward, setup_context=_engram_gate_setup)
     defs["expand_to_mhc"].register_autograd(_expand_to_mhc_backward)
+    defs["mhc_pre_apply_mix"].register_autograd(
+        _mhc_pre_apply_mix_backward, setup_context=_save_inputs
+    )
 
 
 def _sinkhorn_normalize_setup(ctx: Any, inputs: tuple, output: Any) -> None:
@@ -40,6 +44,17 @@ def _sinkhorn_normalize_backward(ctx: Any, grad: torch.Tensor) -> tuple:
 def _expand_to_mhc_backward(ctx: Any, grad: torch.Tensor) -> tuple:
     grad_hidden = getattr(torch.ops.tileaot, _EXPAND.backward)(grad)  # nothing saved
     return grad_hidden, None
+
+
+def _save_inputs(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _mhc_pre_apply_mix_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    backward = getattr(torch.ops.tileaot, _PRE_APPLY_MIX.backward)
+    grad_x, grad_mix = backward(grad, *ctx.saved_tensors)
+    need = ctx.needs_input_grad
+    return (grad_x if need[0] else None), (grad_mix if need[1] else None)
 
 
 def _engram_gate_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
