@@ -10,6 +10,9 @@ backward tests compare with), within the bounds of TileKernels' tests:
 * mhc_pre_apply_mix: ``atol=1e-2, rtol=1e-3`` on the output, ``grad_x`` and ``grad_mix``
   (TileKernels' ``tests/mhc/test_pre_apply_mix.py``, on its data: ``x = randn.sigmoid()``,
   ``mix = randn.softmax(-2)``).
+* mhc_post: ``assert_close`` defaults on the output, ``grad_x`` and ``grad_residual`` (bf16),
+  ``atol = rtol = 1e-4`` on ``grad_post_layer_mix`` and ``grad_comb_res_mix`` (TileKernels'
+  ``tests/mhc/test_post.py``, on its data: all ``randn``).
 
 Sizes are the issue's matrix: mhc_mult n in {4, 8}, hidden in {2048, 4096, 7168}, odd token
 counts (small, to keep the CPU time short).
@@ -25,13 +28,15 @@ from _tile_kernels import tk  # noqa: E402
 
 from kernels_py.mhc import expand_to_mhc as expand_fwd  # noqa: E402
 from kernels_py.mhc import expand_to_mhc_backward as expand_bwd  # noqa: E402
+from kernels_py.mhc import mhc_post as post_fwd  # noqa: E402
+from kernels_py.mhc import mhc_post_backward as post_bwd  # noqa: E402
 from kernels_py.mhc import mhc_pre_apply_mix as pre_mix_fwd  # noqa: E402
 from kernels_py.mhc import mhc_pre_apply_mix_backward as pre_mix_bwd  # noqa: E402
 
 MHC_N = (4, 8)
 HIDDEN = (2048, 4096, 7168)
 TOKENS = (1, 7, 33)
-BF16 = torch.bfloat16
+BF16, F32 = torch.bfloat16, torch.float32
 
 
 @pytest.fixture(autouse=True)
@@ -80,3 +85,28 @@ def test_mhc_pre_apply_mix_forward_and_backward_match_tile_kernels(n, hidden, to
     torch.testing.assert_close(got, want.detach(), **bound)
     torch.testing.assert_close(grad_x, xl.grad, **bound)
     torch.testing.assert_close(grad_mix, ml.grad, **bound)
+
+
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("n", MHC_N)
+def test_mhc_post_forward_and_backward_match_tile_kernels(n, hidden, tokens):
+    ref_fn = tk("mhc").mhc_post_ref
+    x = torch.randn(2, tokens, hidden).to(BF16)
+    residual = torch.randn(2, tokens, n, hidden).to(BF16)
+    post = torch.randn(2, tokens, n, 1)
+    comb = torch.randn(2, tokens, n, n)
+    grad_out = torch.randn(2, tokens, n, hidden).to(BF16)
+
+    leaves = [t.clone().requires_grad_(True) for t in (x, residual, post, comb)]
+    want = ref_fn(*leaves)
+    want.backward(grad_out)
+    got = post_fwd.reference(x, residual, post, comb)
+    grads = post_bwd.reference(grad_out, x, residual, post, comb)
+    assert got.dtype == BF16 and [g.dtype for g in grads] == [BF16, BF16, F32, F32]
+    torch.testing.assert_close(got, want.detach())  # TileKernels' test: defaults
+    for grad, leaf in zip(grads, leaves, strict=True):
+        if grad.dtype == BF16:
+            torch.testing.assert_close(grad, leaf.grad)
+        else:
+            torch.testing.assert_close(grad, leaf.grad, atol=1e-4, rtol=1e-4)

@@ -16,6 +16,8 @@ __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
 expand = importlib.import_module("tileaot.expand_to_mhc").expand_to_mhc
 expand_bwd = importlib.import_module("tileaot.expand_to_mhc_backward").expand_to_mhc_backward
+post = importlib.import_module("tileaot.mhc_post").mhc_post
+post_bwd = importlib.import_module("tileaot.mhc_post_backward").mhc_post_backward
 pre_mix = importlib.import_module("tileaot.mhc_pre_apply_mix").mhc_pre_apply_mix
 pre_mix_bwd = importlib.import_module(
     "tileaot.mhc_pre_apply_mix_backward"
@@ -58,6 +60,28 @@ BAD_CALLS = [  # (id, call, exception, message regex)
         lambda: pre_mix_bwd(t(2, 3, 64), t(3, 2, 4, 64), t(2, 3, 4, 1, dtype=F32)),
         ValueError,
         r"x has leading dims \(3, 2\); they must match grad_out's \(2, 3\)",
+    ),
+    (
+        "post-lead",
+        lambda: post(
+            t(2, 3, 64), t(3, 2, 4, 64), t(2, 3, 4, 1, dtype=F32), t(2, 3, 4, 4, dtype=F32)
+        ),
+        ValueError,
+        r"residual has leading dims \(3, 2\); they must match x's \(2, 3\)",
+    ),
+    (
+        "post-comb-r",
+        lambda: post(t(3, 64), t(3, 4, 64), t(3, 4, 1, dtype=F32), t(3, 4, 2, dtype=F32)),
+        ValueError,
+        r"comb_res_mix",
+    ),
+    (
+        "post-bwd-r9",
+        lambda: post_bwd(
+            t(3, 9, 8), t(3, 8), t(3, 9, 8), t(3, 9, 1, dtype=F32), t(3, 9, 9, dtype=F32)
+        ),
+        ValueError,
+        r"R = 9 streams; mhc_post_backward supports R <= 8",
     ),
     (
         "pre-mix-bwd-h",
@@ -127,3 +151,23 @@ def test_pre_apply_mix_autograd_passes_the_saved_inputs(fake, cpu_as_cuda):
     assert bwd.ptrs[3] == x.grad.data_ptr() and mix.grad is None
     with pytest.raises(ValueError, match="out= is not allowed when x or mix requires grad"):
         pre_mix(x, mix, out=t(6, 64))
+
+
+def test_post_autograd_passes_the_saved_inputs(fake, cpu_as_cuda):
+    inputs = [t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32), t(6, 4, 4, dtype=F32)]
+    inputs[1].requires_grad_()
+    inputs[3].requires_grad_()
+    post(*inputs).sum().backward()
+    fwd, bwd = fake.launches
+    assert fake.by_handle[bwd.handle] == ("mhc_post_backward", "bf16")
+    assert bwd.ptrs[1:5] == tuple(v.data_ptr() for v in inputs)
+    assert inputs[1].grad.shape == (6, 4, 64) and inputs[3].grad.shape == (6, 4, 4)
+    assert inputs[0].grad is None and inputs[2].grad is None
+
+
+def test_post_backward_without_sums_is_zeros(fake, cpu_as_cuda):
+    grads = post_bwd(t(3, 4, 0), t(3, 0), t(3, 4, 0), t(3, 4, 1, dtype=F32), t(3, 4, 4, dtype=F32))
+    assert torch.equal(grads[2], torch.zeros(3, 4, 1)) and torch.equal(
+        grads[3], torch.zeros(3, 4, 4)
+    )
+    assert not fake.launches

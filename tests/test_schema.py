@@ -36,6 +36,8 @@ SCHEMA_OPS = (
     "expand_to_mhc_backward",
     "mhc_pre_apply_mix",
     "mhc_pre_apply_mix_backward",
+    "mhc_post",
+    "mhc_post_backward",
     "moe_reduce",
     "moe_expand",
     "top2_sum_gate",
@@ -211,6 +213,19 @@ EXAMPLES = {
         "grad_out[32768, 7168] x[32768, 4, 7168] mix[32768, 4, 1]",
         (32768, 7168, 32768, 4, 7168, 32768, 4, 1, 32768, 4, 7168, 32768, 4, 1),
     ),
+    "mhc_post": (
+        "bf16",
+        "x[32768, 7168] residual[32768, 4, 7168] post_layer_mix[32768, 4, 1]"
+        " comb_res_mix[32768, 4, 4]",
+        (32768, 7168, 32768, 4, 7168, 32768, 4, 1, 32768, 4, 4, 32768, 4, 7168),
+    ),
+    "mhc_post_backward": (
+        "bf16",
+        "grad_out[32768, 4, 7168] x[32768, 7168] residual[32768, 4, 7168]"
+        " post_layer_mix[32768, 4, 1] comb_res_mix[32768, 4, 4]",
+        (32768, 4, 7168, 32768, 7168, 32768, 4, 7168, 32768, 4, 1, 32768, 4, 4)
+        + (32768, 7168, 32768, 4, 7168, 32768, 4, 1, 32768, 4, 4),
+    ),
     "moe_reduce": (
         "bf16,bf16,sum",
         "y_sorted[36608, 7168] token_pos[4096, 8]",
@@ -233,6 +248,8 @@ WRITES = {
     "expand_to_mhc_backward": 0b10,
     "mhc_pre_apply_mix": 0b100,
     "mhc_pre_apply_mix_backward": 0b11000,
+    "mhc_post": 0b10000,
+    "mhc_post_backward": 0b111100000,
     "moe_reduce": 0b1000,  # with every optional tensor (weights); writes_of() without
     "moe_expand": 0b1111111000,  # outputs and scratch (moe_expand has no short path)
     "top2_sum_gate": 0b1100,
@@ -255,6 +272,9 @@ TORCH_ARGS = {
     "expand_to_mhc_backward": "Tensor grad_out",
     "mhc_pre_apply_mix": "Tensor x, Tensor mix",
     "mhc_pre_apply_mix_backward": "Tensor grad_out, Tensor x, Tensor mix",
+    "mhc_post": "Tensor x, Tensor residual, Tensor post_layer_mix, Tensor comb_res_mix",
+    "mhc_post_backward": "Tensor grad_out, Tensor x, Tensor residual, Tensor post_layer_mix, "
+    "Tensor comb_res_mix",
     "moe_reduce": (
         "Tensor y_sorted, Tensor token_pos, Tensor? weights=None, ScalarType? out_dtype=None"
     ),
@@ -353,6 +373,22 @@ F32, I32, BF16, E4M3 = torch.float32, torch.int32, torch.bfloat16, torch.float8_
             "mhc_pre_apply_mix_backward",
             lambda: (t(5, 40), t(5, 4, 40), t(5, 4, 1, dtype=F32)),
             [(5, 4, 40), (5, 4, 1, "fp32")],
+        ),
+        (
+            "mhc_post",
+            lambda: (t(5, 40), t(5, 4, 40), t(5, 4, 1, dtype=F32), t(5, 4, 4, dtype=F32)),
+            [(5, 4, 40)],
+        ),
+        (
+            "mhc_post_backward",
+            lambda: (
+                t(5, 4, 40),
+                t(5, 40),
+                t(5, 4, 40),
+                t(5, 4, 1, dtype=F32),
+                t(5, 4, 4, dtype=F32),
+            ),
+            [(5, 40), (5, 4, 40), (5, 4, 1, "fp32"), (5, 4, 4, "fp32")],
         ),
         ("moe_reduce", lambda: (t(20, 64), t(6, 2, dtype=I32), None, None), [(6, 64)]),
         (

@@ -113,6 +113,11 @@ CASES = [
     ("mhc_pre_apply_mix", lambda: (t(6, 4, 64), t(6, 4, 1, dtype=F32))),
     ("mhc_pre_apply_mix", lambda: (t(2, 3, 2, 10), t(2, 3, 2, 1, dtype=F32))),
     ("mhc_pre_apply_mix_backward", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32))),
+    ("mhc_post", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32), t(6, 4, 4, dtype=F32))),
+    (
+        "mhc_post_backward",
+        lambda: (t(6, 4, 64), t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32), t(6, 4, 4, dtype=F32)),
+    ),
     ("moe_expand", lambda: (t(6, 64), idx(6, 2, 8), 8)),
     ("moe_expand", lambda: (fp8(6, 256), idx(6, 3, 4), 4, 1, t(6, 2, dtype=F32))),
     ("moe_reduce", lambda: (t(40, 64), idx(6, 2, 40))),

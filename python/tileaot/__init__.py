@@ -28,6 +28,8 @@ from .engram_gate_backward import engram_gate_backward
 from .expand_to_mhc import expand_to_mhc
 from .expand_to_mhc_backward import expand_to_mhc_backward
 from .gemm import gemm
+from .mhc_post import mhc_post
+from .mhc_post_backward import mhc_post_backward
 from .mhc_pre_apply_mix import mhc_pre_apply_mix
 from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from .moe_expand import MoeExpandResult, moe_expand
@@ -59,6 +61,8 @@ __all__ = [
     "expand_to_mhc_backward",
     "gemm",
     "info",
+    "mhc_post",
+    "mhc_post_backward",
     "mhc_pre_apply_mix",
     "mhc_pre_apply_mix_backward",
     "moe_expand",

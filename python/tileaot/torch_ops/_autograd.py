@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..expand_to_mhc import SCHEMA as _EXPAND
+from ..mhc_post import SCHEMA as _POST
 from ..mhc_pre_apply_mix import SCHEMA as _PRE_APPLY_MIX
 from ..sinkhorn_normalize import SCHEMA as _SINKHORN
 
@@ -27,6 +28,7 @@ def register_autograd(defs: dict[str, Any]) -> None:
     defs["mhc_pre_apply_mix"].register_autograd(
         _mhc_pre_apply_mix_backward, setup_context=_save_inputs
     )
+    defs["mhc_post"].register_autograd(_mhc_post_backward, setup_context=_save_inputs)
 
 
 def _sinkhorn_normalize_setup(ctx: Any, inputs: tuple, output: Any) -> None:
@@ -55,6 +57,11 @@ def _mhc_pre_apply_mix_backward(ctx: Any, grad: torch.Tensor) -> tuple:
     grad_x, grad_mix = backward(grad, *ctx.saved_tensors)
     need = ctx.needs_input_grad
     return (grad_x if need[0] else None), (grad_mix if need[1] else None)
+
+
+def _mhc_post_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    grads = getattr(torch.ops.tileaot, _POST.backward)(grad, *ctx.saved_tensors)
+    return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad, strict=True))
 
 
 def _engram_gate_setup(ctx: Any, inputs: tuple, output: tuple) -> None:

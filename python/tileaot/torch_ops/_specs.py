@@ -25,6 +25,8 @@ from ..engram_gate_backward import engram_gate_backward
 from ..expand_to_mhc import expand_to_mhc
 from ..expand_to_mhc_backward import expand_to_mhc_backward
 from ..gemm import gemm
+from ..mhc_post import mhc_post
+from ..mhc_post_backward import mhc_post_backward
 from ..mhc_pre_apply_mix import mhc_pre_apply_mix
 from ..mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from ..moe_expand import moe_expand
@@ -138,6 +140,8 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(expand_to_mhc_backward, dense=_GRAD),
     _from_schema(mhc_pre_apply_mix),
     _from_schema(mhc_pre_apply_mix_backward, dense=_GRAD),
+    _from_schema(mhc_post),
+    _from_schema(mhc_post_backward, dense=_GRAD),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     OpSpec(
