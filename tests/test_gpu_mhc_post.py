@@ -12,24 +12,14 @@ that every variant built for this GPU was exercised.
 from __future__ import annotations
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, selected
+from _gpu_helpers import MHC_CASES, assert_every_variant_exercised, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 BF16, F32 = torch.bfloat16, torch.float32
 SEEN: set[str] = set()
-CASES = [  # (tokens, R, H)
-    (1, 4, 7168),
-    (37, 4, 2048),
-    (4097, 4, 4096),
-    (33, 8, 7168),
-    (5, 1, 8),
-    (7, 3, 1000),
-    (9, 4, 1001),  # H % 8 != 0: element accesses
-    (3, 2, 1),
-    (129, 8, 4095),
-]
+CASES = MHC_CASES
 
 
 def _inputs(t: int, r: int, h: int):
