@@ -469,6 +469,126 @@ def sinkhorn_normalize_backward(d: Draw) -> Call:
     return c
 
 
+def expand_to_mhc(d: Draw) -> Call:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    x = d.randn((*lead, h), BF16)
+    shape = (*lead, r, h)
+    c = Call(
+        {"hidden": x, "mhc_mult": r},
+        [(shape, BF16)],
+        math.prod(shape) > 0,
+        bad={"mhc_mult": [0, -1, 1.5, "4", True, None]},
+    )
+    out = d.outs(c, [("out", shape, BF16)], pair=False)
+    c.slot(("hidden",), "hidden", (BF16,), every(x.shape) if out else (), fixed_rank=out)
+    c.check = lambda y: _same_bits([y], [_ref("mhc.expand_to_mhc")(x, r)])  # a copy
+    return c
+
+
+def expand_to_mhc_backward(d: Draw) -> Call:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    go = d.randn((*lead, r, h), BF16)
+    shape = (*lead, h)
+    c = Call({"grad_out": go}, [(shape, BF16)], r > 0 and math.prod(shape) > 0)
+    out = d.outs(c, [("out", shape, BF16)], pair=False)
+    tied = tuple(i for i in every(go.shape) if i != go.dim() - 2)  # out= ties all but R
+    c.slot(("grad_out",), "grad_out", (BF16,), tied if out else (), fixed_rank=out)
+    # tests/test_gpu_expand_to_mhc.py: bit-exact (float32 sums in order, rounded once)
+    c.check = lambda g: _same_bits([g], [_ref("mhc.expand_to_mhc_backward")(go)])
+    return c
+
+
+def mhc_pre_apply_mix(d: Draw) -> Call:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    x = d.randn((*lead, r, h), BF16)
+    mix = d.randn((*lead, r, 1), FP32)
+    shape = (*lead, h)
+    c = Call({"x": x, "mix": mix}, [(shape, BF16)], math.prod(shape) > 0)
+    out = d.outs(c, [("out", shape, BF16)], pair=False)
+    tied = every(x.shape)[:-1]  # mix ties the leading dims and R (H: only out= does)
+    c.slot(("x",), "x", (BF16,), every(x.shape) if out else tied, fixed_rank=out)
+    c.slot(("mix",), "mix", (FP32,), every(mix.shape))
+
+    def check(y: torch.Tensor) -> None:  # tests/test_gpu_mhc_pre_apply_mix.py's bound
+        _close(y, _ref("mhc.mhc_pre_apply_mix")(x, mix), rtol=1e-3, atol=1e-2)
+
+    c.check = check
+    return c
+
+
+def mhc_pre_apply_mix_backward(d: Draw) -> Call:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    go = d.randn((*lead, h), BF16)
+    x = d.randn((*lead, r, h), BF16)
+    mix = d.randn((*lead, r, 1), FP32)
+    c = Call(
+        {"grad_out": go, "x": x, "mix": mix},
+        [(x.shape, BF16), (mix.shape, FP32)],
+        mix.numel() > 0 and h > 0,
+    )
+    d.outs(c, [("grad_x", x.shape, BF16), ("grad_mix", mix.shape, FP32)])
+    c.slot(("grad_out",), "grad_out", (BF16,), every(go.shape))
+    c.slot(("x",), "x", (BF16,), every(x.shape))
+    c.slot(("mix",), "mix", (FP32,), every(mix.shape))
+
+    def check(grads: tuple) -> None:  # tests/test_gpu_mhc_pre_apply_mix.py's bounds
+        want = _ref("mhc.mhc_pre_apply_mix_backward")(go, x, mix)
+        for g, w in zip(grads, want, strict=True):
+            _close(g, w, rtol=1e-3, atol=1e-2)
+
+    c.check = check
+    return c
+
+
+def _post_inputs(d: Draw) -> tuple:
+    lead, h, r = d.lead(2), d.size(70), d.pick([1, 2, 4, 8])
+    x = d.randn((*lead, h), BF16)
+    residual = d.randn((*lead, r, h), BF16)
+    post, comb = d.randn((*lead, r, 1), FP32), d.randn((*lead, r, r), FP32)
+    return x, residual, post, comb
+
+
+def _post_slots(c: Call, tensors: dict) -> None:
+    """Every dim of every input ties to another input's (leading dims, R, H, the 1)."""
+    for name, t in tensors.items():
+        c.slot((name,), name, (t.dtype,), every(t.shape))
+
+
+def mhc_post(d: Draw) -> Call:
+    x, residual, post, comb = _post_inputs(d)
+    args = {"x": x, "residual": residual, "post_layer_mix": post, "comb_res_mix": comb}
+    c = Call(dict(args), [(residual.shape, BF16)], residual.numel() > 0)
+    d.outs(c, [("out", residual.shape, BF16)], pair=False)
+    _post_slots(c, args)
+
+    def check(y: torch.Tensor) -> None:  # tests/test_gpu_mhc_post.py's bound
+        _close(y, _ref("mhc.mhc_post")(x, residual, post, comb), rtol=1.6e-2, atol=1e-5)
+
+    c.check = check
+    return c
+
+
+def mhc_post_backward(d: Draw) -> Call:
+    x, residual, post, comb = _post_inputs(d)
+    go = d.randn(residual.shape, BF16)
+    args = {"grad_out": go, "x": x, "residual": residual, "post_layer_mix": post}
+    args["comb_res_mix"] = comb
+    shapes = [(x.shape, BF16), (residual.shape, BF16), (post.shape, FP32), (comb.shape, FP32)]
+    c = Call(dict(args), shapes, residual.numel() > 0)
+    names = ("grad_x", "grad_residual", "grad_post_layer_mix", "grad_comb_res_mix")
+    d.outs(c, [(n, s, dt) for n, (s, dt) in zip(names, shapes, strict=True)])
+    _post_slots(c, args)
+
+    def check(grads: tuple) -> None:  # tests/test_gpu_mhc_post.py's bounds
+        want = _ref("mhc.mhc_post_backward")(go, x, residual, post, comb)
+        for g, w in zip(grads, want, strict=True):
+            tol = (1.6e-2, 1e-5) if g.dtype == BF16 else (1e-4, 1e-4)
+            _close(g, w, rtol=tol[0], atol=tol[1])
+
+    c.check = check
+    return c
+
+
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
@@ -848,6 +968,12 @@ BUILDERS = {
         transpose,
         sinkhorn_normalize,
         sinkhorn_normalize_backward,
+        expand_to_mhc,
+        expand_to_mhc_backward,
+        mhc_pre_apply_mix,
+        mhc_pre_apply_mix_backward,
+        mhc_post,
+        mhc_post_backward,
         topk_gate,
         top2_sum_gate,
         topk_sum_and_topk_group_idx,

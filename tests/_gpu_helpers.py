@@ -32,3 +32,27 @@ def assert_every_variant_exercised(ops: Iterable[str], seen: set[str]) -> None:
 
     arch, missing = unexercised(_lib.native(), ops, seen)
     assert not missing, f"variants never exercised on {arch}: {missing}"
+
+
+def selected(op: str, key: str, shapes: Iterable[tuple[int, ...]]) -> str:
+    """The variant the runtime serves for a call of (`op`, `key`) with these tensor shapes."""
+    from tileaot import _lib
+
+    native = _lib.native()
+    flat = tuple(d for s in shapes for d in s)
+    return native.select(native.lookup(op, key), 0, flat)
+
+
+# (tokens, R, H) of the mHC ops' GPU tests: the 16-byte path (H % 8 == 0) at the model sizes,
+# the element path (odd H), R in {1, 2, 3, 4, 8}, odd token counts.
+MHC_CASES = [
+    (1, 4, 7168),
+    (37, 4, 2048),
+    (4097, 4, 4096),
+    (33, 8, 7168),
+    (5, 1, 8),
+    (7, 3, 1000),
+    (9, 4, 1001),
+    (3, 2, 1),
+    (129, 8, 4095),
+]

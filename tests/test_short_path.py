@@ -104,6 +104,17 @@ CASES = {
         (t(13, 512),),
         {"out": (torch.empty(13, 512, dtype=torch.float8_e4m3fn), _f32(13, 4))},
     ),
+    "expand_to_mhc": lambda: ((t(5, 2048), 4), {"out": t(5, 4, 2048)}),
+    "expand_to_mhc_backward": lambda: ((t(5, 4, 2048),), {"out": t(5, 2048)}),
+    "mhc_pre_apply_mix": lambda: ((t(5, 4, 2048), _f32(5, 4, 1)), {"out": t(5, 2048)}),
+    "mhc_pre_apply_mix_backward": lambda: (
+        (t(5, 2048), t(5, 4, 2048), _f32(5, 4, 1)),
+        {"out": (t(5, 4, 2048), _f32(5, 4, 1))},
+    ),
+    "mhc_post": lambda: (
+        (t(5, 2048), t(5, 4, 2048), _f32(5, 4, 1), _f32(5, 4, 4)),
+        {"out": t(5, 4, 2048)},
+    ),
     "per_token_cast_fp8/g32": lambda: ((t(13, 512), 32), {"out": (_e4m3(13, 512), _f32(13, 16))}),
     "swiglu_per_token_cast_fp8": lambda: (
         (t(5, 512), _f32(5)),

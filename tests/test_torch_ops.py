@@ -10,7 +10,8 @@ wrappers down to the launch. Outputs are never computed here (their values are w
   wrapper allocates, on several shapes per op;
 * the functional op and its ``_out`` variant launch exactly what the wrapper launches;
 * ``torch.library.opcheck`` (schema, autograd registration, fake tensors) on every case;
-* autograd of sinkhorn_normalize and engram_gate reaches the backward kernels, also compiled;
+* autograd of sinkhorn_normalize, expand_to_mhc and engram_gate reaches the backward kernels,
+  also compiled;
 * ``torch.compile(fullgraph=True)`` (a graph break would raise) of a block written with
   ``torch.ops.tileaot.*``, static and dynamic shapes, and of one written with the public
   functions (``out=``, keywords, ``return_gate``), launches what eager does; so does a compiled
@@ -113,6 +114,18 @@ CASES = [
     ("sinkhorn_normalize", lambda: (t(3, 5, 5, dtype=F32), 1, 0.0)),
     ("sinkhorn_normalize_backward", lambda: (t(8, 4, 4, dtype=F32), t(8, 4, 4, dtype=F32))),
     ("sinkhorn_normalize_backward", lambda: (t(2, 3, 3, dtype=F32), t(2, 3, 3, dtype=F32), 3)),
+    ("expand_to_mhc", lambda: (t(6, 64), 4)),
+    ("expand_to_mhc", lambda: (t(2, 3, 10), 1)),
+    ("expand_to_mhc_backward", lambda: (t(6, 4, 64),)),
+    ("expand_to_mhc_backward", lambda: (t(2, 3, 8, 10),)),
+    ("mhc_pre_apply_mix", lambda: (t(6, 4, 64), t(6, 4, 1, dtype=F32))),
+    ("mhc_pre_apply_mix", lambda: (t(2, 3, 2, 10), t(2, 3, 2, 1, dtype=F32))),
+    ("mhc_pre_apply_mix_backward", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32))),
+    ("mhc_post", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32), t(6, 4, 4, dtype=F32))),
+    (
+        "mhc_post_backward",
+        lambda: (t(6, 4, 64), t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32), t(6, 4, 4, dtype=F32)),
+    ),
     ("moe_expand", lambda: (t(6, 64), idx(6, 2, 8), 8)),
     ("moe_expand", lambda: (fp8(6, 256), idx(6, 3, 4), 4, 1, t(6, 2, dtype=F32))),
     ("moe_reduce", lambda: (t(40, 64), idx(6, 2, 40))),
@@ -230,6 +243,16 @@ def test_sinkhorn_normalize_backward_goes_through_the_backward_op(fake, cpu_as_c
     assert bwd.scalars == fwd.scalars == (7, 1e-4)
     assert bwd.ptrs[1] == logits.data_ptr() and bwd.ptrs[0] != grad.data_ptr()
     assert bwd.ptrs[2] == logits.grad.data_ptr() and logits.grad.shape == logits.shape
+
+
+def test_expand_to_mhc_backward_goes_through_the_backward_op(fake, cpu_as_cuda):
+    hidden = t(6, 64).requires_grad_()
+    torch.ops.tileaot.expand_to_mhc(hidden, 4).sum().backward()  # an expanded (stride-0) grad
+    fwd, bwd = fake.launches
+    assert fake.by_handle[fwd.handle] == ("expand_to_mhc", "bf16")
+    assert fake.by_handle[bwd.handle] == ("expand_to_mhc_backward", "bf16")
+    assert fwd.shapes == (6, 64, 6, 4, 64) and bwd.shapes == (6, 4, 64, 6, 64)
+    assert bwd.ptrs[1] == hidden.grad.data_ptr() and hidden.grad.shape == hidden.shape
 
 
 def test_engram_gate_backward_skips_the_gate_and_unneeded_grads(fake, cpu_as_cuda):

@@ -25,9 +25,15 @@ from ._info import info
 from .cast_back import cast_back
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
+from .expand_to_mhc import expand_to_mhc
+from .expand_to_mhc_backward import expand_to_mhc_backward
 from .gemm import gemm
 from .group_count import group_count
 from .mask_indices_by_tp import mask_indices_by_tp
+from .mhc_post import mhc_post
+from .mhc_post_backward import mhc_post_backward
+from .mhc_pre_apply_mix import mhc_pre_apply_mix
+from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .normalize_weight import normalize_weight
@@ -55,10 +61,16 @@ __all__ = [
     "cast_back",
     "engram_gate",
     "engram_gate_backward",
+    "expand_to_mhc",
+    "expand_to_mhc_backward",
     "gemm",
     "group_count",
     "info",
     "mask_indices_by_tp",
+    "mhc_post",
+    "mhc_post_backward",
+    "mhc_pre_apply_mix",
+    "mhc_pre_apply_mix_backward",
     "moe_expand",
     "moe_reduce",
     "normalize_weight",

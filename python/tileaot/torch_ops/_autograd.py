@@ -1,9 +1,10 @@
 """Backward formulas of the differentiable ops, in terms of the backward custom ops.
 
-Both are traceable (no ``data_ptr``, no launch): under ``torch.compile`` AOTAutograd traces them
+All are traceable (no ``data_ptr``, no launch): under ``torch.compile`` AOTAutograd traces them
 into the backward graph, where the backward op is one opaque node like the forward. The eager
-`torch.autograd.Function`s in ``tileaot.sinkhorn_normalize`` / ``tileaot.engram_gate`` do the same
-for plain wrapper calls; the custom ops cannot reuse them (a custom op's forward must be the op).
+`torch.autograd.Function`s in ``tileaot.sinkhorn_normalize``, ``tileaot.engram_gate`` and the
+mHC ops do the same for plain wrapper calls; the custom ops cannot reuse them (a custom op's
+forward must be the op).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from typing import Any
 
 import torch
 
+from ..expand_to_mhc import SCHEMA as _EXPAND
+from ..mhc_post import SCHEMA as _POST
+from ..mhc_pre_apply_mix import SCHEMA as _PRE_APPLY_MIX
 from ..sinkhorn_normalize import SCHEMA as _SINKHORN
 
 
@@ -20,6 +24,11 @@ def register_autograd(defs: dict[str, Any]) -> None:
         _sinkhorn_normalize_backward, setup_context=_sinkhorn_normalize_setup
     )
     defs["engram_gate"].register_autograd(_engram_gate_backward, setup_context=_engram_gate_setup)
+    defs["expand_to_mhc"].register_autograd(_expand_to_mhc_backward)
+    defs["mhc_pre_apply_mix"].register_autograd(
+        _mhc_pre_apply_mix_backward, setup_context=_save_inputs
+    )
+    defs["mhc_post"].register_autograd(_mhc_post_backward, setup_context=_save_inputs)
 
 
 def _sinkhorn_normalize_setup(ctx: Any, inputs: tuple, output: Any) -> None:
@@ -32,6 +41,27 @@ def _sinkhorn_normalize_backward(ctx: Any, grad: torch.Tensor) -> tuple:
     backward = getattr(torch.ops.tileaot, _SINKHORN.backward)  # the schema's pairing
     grad_logits = backward(grad, logits, ctx.repeat, ctx.eps)
     return grad_logits, None, None
+
+
+def _expand_to_mhc_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    grad_hidden = getattr(torch.ops.tileaot, _EXPAND.backward)(grad)  # nothing saved
+    return grad_hidden, None
+
+
+def _save_inputs(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _mhc_pre_apply_mix_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    backward = getattr(torch.ops.tileaot, _PRE_APPLY_MIX.backward)
+    grad_x, grad_mix = backward(grad, *ctx.saved_tensors)
+    need = ctx.needs_input_grad
+    return (grad_x if need[0] else None), (grad_mix if need[1] else None)
+
+
+def _mhc_post_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    grads = getattr(torch.ops.tileaot, _POST.backward)(grad, *ctx.saved_tensors)
+    return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad, strict=True))
 
 
 def _engram_gate_setup(ctx: Any, inputs: tuple, output: tuple) -> None:

@@ -22,9 +22,15 @@ from .._schema_torch import OpSpec, schema_fake
 from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
+from ..expand_to_mhc import expand_to_mhc
+from ..expand_to_mhc_backward import expand_to_mhc_backward
 from ..gemm import gemm
 from ..group_count import group_count
 from ..mask_indices_by_tp import mask_indices_by_tp
+from ..mhc_post import mhc_post
+from ..mhc_post_backward import mhc_post_backward
+from ..mhc_pre_apply_mix import mhc_pre_apply_mix
+from ..mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..normalize_weight import normalize_weight
@@ -106,6 +112,12 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(transpose),
     _from_schema(sinkhorn_normalize),
     _from_schema(sinkhorn_normalize_backward, dense=_GRAD),
+    _from_schema(expand_to_mhc),
+    _from_schema(expand_to_mhc_backward, dense=_GRAD),
+    _from_schema(mhc_pre_apply_mix),
+    _from_schema(mhc_pre_apply_mix_backward, dense=_GRAD),
+    _from_schema(mhc_post),
+    _from_schema(mhc_post_backward, dense=_GRAD),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     _from_schema(engram_gate, fixed=MappingProxyType({"return_gate": True})),

@@ -1,0 +1,102 @@
+"""mHC post-mix, forward: the new residual streams from a sublayer's output.
+
+TileKernels' ``mhc_post`` (`tile-kernels` 1.0.0: reference ``tile_kernels.torch.mhc.mhc_post_ref``,
+kernel ``tile_kernels/mhc/post_kernel.py``)::
+
+    out[t, n, :] = post_layer_mix[t, n] * x[t, :] + sum_m comb_res_mix[t, m, n] * residual[t, m, :]
+
+with ``x[T, H]`` bf16 (the sublayer's output), ``residual[T, R, H]`` bf16, ``post_layer_mix[T, R,
+1]`` and ``comb_res_mix[T, R, R]`` float32, ``out[T, R, H]`` bf16: float32 math, starting from
+the ``post * x`` term and adding ``m = 0 .. R - 1`` in order (as TileKernels' kernel), rounded
+once to bf16.
+
+A block of 128 threads owns one token x 1024 columns (8 per thread: 16-byte loads and stores
+when ``H % 8 == 0``, element accesses otherwise). For each output stream ``n`` a thread adds
+the R residual vectors it re-reads (from L1) with their mixes; one generic variant (R, H
+runtime), written per thread.
+"""
+
+# No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+from ..ceildiv import ceildiv
+from ..spec import KernelSpec
+from .expand_to_mhc import COLS, THREADS, VEC
+
+
+def factory(arch: str, dtype: str):
+    """TileLang prim_func ``(x[M, H], residual[M, R, H], post_layer_mix[M, R, 1],
+    comb_res_mix[M, R, R], out[M, R, H])``. ``arch`` does not change the code."""
+    if dtype != "bfloat16":
+        raise ValueError(f"mhc_post: unsupported dtype {dtype!r}")
+    import tilelang.language as T
+
+    M, R, H = T.dynamic("M"), T.dynamic("R"), T.dynamic("H")
+
+    @T.prim_func
+    def mhc_post(
+        x: T.Tensor((M, H), "bfloat16"),
+        residual: T.Tensor((M, R, H), "bfloat16"),
+        post_layer_mix: T.Tensor((M, R, 1), "float32"),
+        comb_res_mix: T.Tensor((M, R, R), "float32"),
+        out: T.Tensor((M, R, H), "bfloat16"),
+    ):
+        with T.Kernel(M, ceildiv(T, H, COLS), threads=THREADS) as (t, bc):
+            tx = T.get_thread_binding()
+            col = bc * COLS + tx * VEC
+            xv = T.alloc_local((VEC,), "bfloat16")
+            rv = T.alloc_local((VEC,), "bfloat16")
+            acc = T.alloc_local((VEC,), "float32")
+            o = T.alloc_local((VEC,), "bfloat16")
+            o_bits = T.view(o, (4,), "uint32")
+            if H % VEC == 0:
+                T.assume(H % VEC == 0)  # rows start 16-byte aligned: vector accesses
+                if col < H:  # the whole vector exists
+                    for e in T.vectorized(VEC):
+                        xv[e] = x[t, col + e]
+                    for n in T.serial(R):
+                        for e in T.unroll(VEC):
+                            acc[e] = post_layer_mix[t, n, 0] * T.cast(xv[e], "float32")
+                        for m in T.serial(R):
+                            for e in T.vectorized(VEC):
+                                rv[e] = residual[t, m, col + e]
+                            for e in T.unroll(VEC):
+                                acc[e] = acc[e] + comb_res_mix[t, m, n] * T.cast(rv[e], "float32")
+                        for e in T.unroll(VEC):
+                            o[e] = T.cast(acc[e], "bfloat16")
+                        T.stg128(out[t, n, col], o_bits.vload([0], "uint32x4"))
+            else:
+                for n in T.serial(R):
+                    for e in T.unroll(VEC):
+                        if col + e < H:
+                            acc[e] = post_layer_mix[t, n, 0] * T.cast(x[t, col + e], "float32")
+                            for m in T.serial(R):
+                                acc[e] = acc[e] + comb_res_mix[t, m, n] * T.cast(
+                                    residual[t, m, col + e], "float32"
+                                )
+                            out[t, n, col + e] = T.cast(acc[e], "bfloat16")
+
+    return mhc_post
+
+
+def reference(x, residual, post_layer_mix, comb_res_mix):
+    """torch reference: the documented sums in float32 (m order), rounded to bf16
+    (differentiable)."""
+    import torch
+
+    acc = post_layer_mix.float() * x.float().unsqueeze(-2)
+    for m in range(residual.shape[-2]):
+        acc = (
+            acc
+            + comb_res_mix[..., m, :].float().unsqueeze(-1)
+            * residual[..., m, :].float()[..., None, :]
+        )
+    return acc.to(torch.bfloat16)
+
+
+SPEC = KernelSpec(
+    op="mhc_post",
+    factory=factory,
+    keys=({"dtype": "bfloat16"},),
+    specs=({},),
+    reference=reference,
+    doc="mHC post-mix: out[n] = post[n] * x + sum_m comb[m, n] * residual[m]; [T, R, H] bf16.",
+)
