@@ -31,7 +31,7 @@ F8, F32, BF16, I32 = torch.float8_e4m3fn, torch.float32, torch.bfloat16, torch.i
 
 # Our compat modules, by their path below `tileaot.tile_kernels` (= TileKernels' below
 # `tile_kernels`).
-MODULES = ("quant", "moe", "transpose", "modeling.mhc.ops")
+MODULES = ("quant", "moe", "transpose", "modeling.mhc.ops", "modeling.engram")
 
 
 def _ours(path: str):
@@ -44,6 +44,15 @@ def _exports() -> list[tuple[str, str]]:
 
 def _params(fn) -> list[tuple]:
     return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def _their_params(fn) -> list[tuple]:
+    """TileKernels' parameters; for an ``autograd.Function.apply`` (``engram_gate``, whose
+    own signature is ``*args, **kwargs``) its forward's, without ``ctx``."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+        return _params(owner.forward)[1:]
+    return _params(fn)
 
 
 # --- (a) names and signatures ------------------------------------------------------------------
@@ -67,7 +76,7 @@ def test_signature_is_tilekernels(path, name):
     tk()  # imports tile_kernels (with TileLang's moved module aliased), or skips
     theirs = importlib.import_module(f"tile_kernels.{path}")
     assert hasattr(theirs, name), f"tile_kernels.{path} has no {name}"
-    assert _params(getattr(_ours(path), name)) == _params(getattr(theirs, name))
+    assert _params(getattr(_ours(path), name)) == _their_params(getattr(theirs, name))
 
 
 # --- (b) the op reached, with the arguments a direct call passes ------------------------------
@@ -104,6 +113,12 @@ LOGITS, BIAS = t(8, 64, dtype=F32), t(64, dtype=F32)
 Y, POS = t(16, 256), torch.randint(-1, 16, (8, 2), dtype=I32)
 OUT32 = t(8, 256, dtype=F32)
 SINK = t(3, 4, 4, dtype=F32)
+GROUPED = t(8, 8, 8, dtype=F32)
+IDX32 = torch.randint(-1, 64, (8, 6), dtype=I32)
+IDX64 = IDX32.long()
+HID, RES = t(2, 3, 256), t(2, 3, 4, 256)
+MIX, COMB = t(2, 3, 4, 1, dtype=F32), t(2, 3, 4, 4, dtype=F32)
+ENG_H, ENG_K, ENG_V, ENG_W = t(2, 4, 256), t(2, 4, 256), t(2, 256), t(4, 256)
 
 # (id, compat call, direct tileaot call, TileKernels' (dtype, shape) of each result)
 CASES = [
@@ -224,6 +239,60 @@ CASES = [
         [(F32, (3, 4, 4))],
     ),
     (
+        "topk_sum_and_topk_group_idx",
+        lambda: moe.topk_sum_and_topk_group_idx(GROUPED, 2, 4),
+        lambda: tileaot.topk_sum_and_topk_group_idx(GROUPED, 2, 4),
+        [(torch.int64, (8, 4))],
+    ),
+    (
+        "normalize_weight",
+        lambda: moe.normalize_weight(TOPK_W),
+        lambda: tileaot.normalize_weight(TOPK_W),
+        [(F32, (4,)), (F32, (4, 2))],
+    ),
+    (
+        "mask_indices_by_tp-int32",
+        lambda: moe.mask_indices_by_tp(IDX32, 64, 4, 1, 2),
+        lambda: tileaot.mask_indices_by_tp(IDX32, 64, 4, 1, 2),
+        [(I32, (8, 6))],
+    ),
+    (
+        "mask_indices_by_tp-int64",
+        lambda: moe.mask_indices_by_tp(IDX64, 64, 4, 1, 2),
+        lambda: tileaot.mask_indices_by_tp(IDX32, 64, 4, 1, 2),
+        [(torch.int64, (8, 6))],
+    ),
+    (
+        "group_count-int64",
+        lambda: moe.group_count(IDX64, 64),
+        lambda: tileaot.group_count(IDX32, 64),
+        [(I32, (64,))],
+    ),
+    (
+        "expand_to_mhc",
+        lambda: ops.expand_to_mhc(HID, 4),
+        lambda: tileaot.expand_to_mhc(HID, 4),
+        [(BF16, (2, 3, 4, 256))],
+    ),
+    (
+        "mhc_pre_apply_mix",
+        lambda: ops.mhc_pre_apply_mix(RES, MIX),
+        lambda: tileaot.mhc_pre_apply_mix(RES, MIX),
+        [(BF16, (2, 3, 256))],
+    ),
+    (
+        "mhc_post",
+        lambda: ops.mhc_post(HID, RES, MIX, COMB),
+        lambda: tileaot.mhc_post(HID, RES, MIX, COMB),
+        [(BF16, (2, 3, 4, 256))],
+    ),
+    (
+        "engram_gate",
+        lambda: compat.modeling.engram.engram_gate(ENG_H, ENG_K, ENG_V, ENG_W, ENG_W, 0.5, 1e-5),
+        lambda: tileaot.engram_gate(ENG_H, ENG_K, ENG_V[:, None], ENG_W, ENG_W, 1e-5, 0.5),
+        [(BF16, (2, 4, 256))],
+    ),
+    (
         "sinkhorn_normalize",
         lambda: ops.sinkhorn_normalize(SINK.transpose(1, 2), 20, 1e-5),
         lambda: tileaot.sinkhorn_normalize(SINK.transpose(1, 2).contiguous(), 20, 1e-5),
@@ -290,10 +359,18 @@ def test_e2m1_cast_back_refuses_scales_that_are_no_power_of_two(fake, cpu_as_cud
 
 def _stand_ins() -> dict:
     from kernels_py.act import swiglu_per_token_cast_fp8 as swq
+    from kernels_py.engram import engram_gate as eg
+    from kernels_py.mhc import expand_to_mhc as ex
+    from kernels_py.mhc import mhc_post as mp
+    from kernels_py.mhc import mhc_pre_apply_mix as pam
     from kernels_py.mhc import sinkhorn_normalize as sk
+    from kernels_py.moe import group_count as gc
+    from kernels_py.moe import mask_indices_by_tp as mi
     from kernels_py.moe import moe_reduce as mr
+    from kernels_py.moe import normalize_weight as nw
     from kernels_py.moe import top2_sum_gate as t2
     from kernels_py.moe import topk_gate as tg
+    from kernels_py.moe import topk_sum_and_topk_group_idx as tsg
     from kernels_py.quant import cast_back_fp4 as cb4
     from kernels_py.quant import cast_back_fp8 as cb8
     from kernels_py.quant import per_block_cast_fp8 as pb
@@ -321,7 +398,24 @@ def _stand_ins() -> dict:
         "moe_reduce": moe_reduce,
         "transpose": lambda x: x.transpose(-1, -2).contiguous(),
         "sinkhorn_normalize": sk.reference,
+        # the ops' own out= is never passed by the compat functions here (out=None)
+        "topk_sum_and_topk_group_idx": _no_out(tsg.reference),
+        "normalize_weight": _no_out(nw.reference),
+        "mask_indices_by_tp": _no_out(mi.reference),
+        "group_count": _no_out(gc.reference),
+        "expand_to_mhc": _no_out(ex.reference),
+        "mhc_pre_apply_mix": _no_out(pam.reference),
+        "mhc_post": _no_out(mp.reference),
+        "engram_gate": lambda *args: eg.reference(*args)[0],
     }
+
+
+def _no_out(reference):
+    def call(*args, out=None):
+        assert out is None
+        return reference(*args)
+
+    return call
 
 
 @pytest.fixture
@@ -361,6 +455,9 @@ def _tk_cases():
     pos[::3, 7] = -1
     rw = torch.rand(125, 8, generator=g)
     sink = torch.randn(9, 4, 4, generator=g)
+    grouped = _edgy(129, 64, F32, 7).round().view(129, 8, 8)  # rounded: tied sums
+    idx = torch.randint(-1, 256, (129, 8), generator=g)  # int64, as TileKernels' routers
+    hidden = _edgy(6, 512, seed=9).view(2, 3, 512)
     router = (logits, bias, 8, 4, 8, True, 1, 2.5, 1, 4, 1, 2, "sigmoid")
     return [
         (
@@ -433,10 +530,35 @@ def _tk_cases():
             lambda: compat.transpose.batched_transpose(sink),
             lambda: sink.transpose(1, 2).contiguous(),
         ),
+        (
+            "topk_sum_and_topk_group_idx-ties",
+            lambda: moe.topk_sum_and_topk_group_idx(grouped, 2, 4),
+            lambda: topk.topk_sum_and_topk_group_idx(grouped, 2, 4),
+        ),
+        (
+            "normalize_weight",
+            lambda: moe.normalize_weight(rw),
+            lambda: tk("moe").normalize_weight(rw),
+        ),
+        (
+            "mask_indices_by_tp-int64",
+            lambda: moe.mask_indices_by_tp(idx, 256, 8, 1, 2),
+            lambda: tk("moe").mask_indices_by_tp(idx, 256, 8, 1, 2),
+        ),
+        (
+            "group_count-int64",
+            lambda: moe.group_count(idx, 256),
+            lambda: tk("moe").group_count(idx, 256),
+        ),
+        (
+            "expand_to_mhc",
+            lambda: ops.expand_to_mhc(hidden, 4),
+            lambda: tk("mhc").expand_to_mhc_ref(hidden, 4),
+        ),
     ]
 
 
-N_TK_CASES = 14  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 19  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -460,6 +582,35 @@ def test_within_tilekernels_bounds(references):
     x = torch.randn(7, 8, 8, generator=g)
     ref = tk("mhc").sinkhorn_normalize_ref
     torch.testing.assert_close(ops.sinkhorn_normalize(x, 20), ref(x, 20))
+
+
+def test_mhc_mixes_within_tilekernels_bounds(references):
+    """mhc_pre_apply_mix (atol 1e-2, rtol 1e-3) and mhc_post (`assert_close` defaults): its
+    tests' bounds."""
+    g = torch.Generator().manual_seed(10)
+    res = torch.randn(3, 5, 4, 512, generator=g).bfloat16()
+    x = torch.randn(3, 5, 512, generator=g).bfloat16()
+    mix, comb = torch.rand(3, 5, 4, 1, generator=g), torch.rand(3, 5, 4, 4, generator=g)
+    mhc = tk("mhc")
+    want = mhc.mhc_pre_apply_mix_ref(res, mix)
+    torch.testing.assert_close(ops.mhc_pre_apply_mix(res, mix), want, atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(ops.mhc_post(x, res, mix, comb), mhc.mhc_post_ref(x, res, mix, comb))
+
+
+def test_engram_gate_within_tilekernels_bound(references):
+    """Per-branch weights, one value row per token, a clamp: `calc_diff < 2e-10` (its test's
+    bound, TileKernels' `calc_diff`) against `engram_gate_ref`."""
+    ref = tk("engram").engram_gate_ref
+    calc_diff = importlib.import_module("tile_kernels.testing.numeric").calc_diff
+    g = torch.Generator().manual_seed(11)
+    h, k = (torch.randn(9, 4, 256, generator=g).bfloat16() for _ in range(2))
+    v = torch.randn(9, 256, generator=g).bfloat16()
+    w_h, w_k = (torch.rand(4, 256, generator=g).bfloat16() + 0.5 for _ in range(2))
+    for clamp in (1e-6, 0.3):
+        out = compat.modeling.engram.engram_gate(h, k, v, w_h, w_k, clamp, 1e-6)
+        want = ref(h, k, v, w_h, w_k, clamp, 1e-6)
+        assert out.dtype == want.dtype and out.shape == want.shape
+        assert calc_diff(out, want) < 2e-10, clamp
 
 
 # --- (c) options not served: one line, naming the argument -------------------------------------
@@ -599,6 +750,29 @@ NOT_SERVED = [
         lambda: moe.reduce_fused(Y, None, POS, sf=S_TOK[0]),
         "reduce_fused: sf=<tensor (1,) float32>",
         " (served: None)",
+    ),
+]
+
+
+_WITH_MAIN_GRAD = t(4, 256)
+_WITH_MAIN_GRAD.main_grad = t(4, 256, dtype=F32)
+NOT_SERVED += [
+    (
+        lambda: moe.mask_indices_by_tp(IDX32.short(), 64, 4, 1, 2),
+        "mask_indices_by_tp: indices.dtype=torch.int16",
+        " (served: torch.int32, torch.int64)",
+    ),
+    (
+        lambda: moe.group_count(IDX32.to(torch.uint8), 64),
+        "group_count: group_idx.dtype=torch.uint8",
+        " (served: torch.int32, torch.int64)",
+    ),
+    (
+        lambda: compat.modeling.engram.engram_gate(
+            ENG_H, ENG_K, ENG_V, ENG_W, _WITH_MAIN_GRAD, 0.5, 1e-5
+        ),
+        "engram_gate: weight_embed.main_grad=<tensor (4, 256) float32>",
+        " (served: no main_grad)",
     ),
 ]
 

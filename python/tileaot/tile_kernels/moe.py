@@ -1,7 +1,8 @@
 """TileKernels 1.0.0's ``tile_kernels.moe`` routing and combine ops, served by tileaot's.
 
-TileKernels returns expert indices as int64; tileaot's kernels write int32 (what
-`tileaot.moe_expand` takes), so these functions convert (one small torch copy).
+TileKernels returns expert and group indices as int64; tileaot's kernels write int32 (what
+`tileaot.moe_expand` takes), so these functions convert (one small torch copy), and index
+inputs given as int64 are converted to int32 first.
 """
 
 from __future__ import annotations
@@ -12,7 +13,17 @@ import tileaot
 
 from ._served import not_served, require, require_none
 
-__all__ = ["reduce_fused", "top2_sum_gate", "topk_gate"]
+__all__ = [
+    "group_count",
+    "mask_indices_by_tp",
+    "normalize_weight",
+    "reduce_fused",
+    "top2_sum_gate",
+    "topk_gate",
+    "topk_sum_and_topk_group_idx",
+]
+_INDEX_DTYPES = (torch.int32, torch.int64)
+_INT32_MAX = 2**31 - 1
 
 
 def top2_sum_gate(
@@ -92,3 +103,53 @@ def reduce_fused(
     require(func, "fp8_format", fp8_format, ("",))
     require_none(func, sf=sf)
     return tileaot.moe_reduce(x, token_topk_to_pos, topk_weights, out=out)
+
+
+def topk_sum_and_topk_group_idx(
+    scores: torch.Tensor, num_topk_sum: int, num_topk_groups: int
+) -> torch.Tensor:
+    """Each token's `num_topk_groups` best groups of ``scores [T, G, S]``, a group valued by
+    the sum of its `num_topk_sum` largest scores: `tileaot.topk_sum_and_topk_group_idx`,
+    int64 ``[T, num_topk_groups]`` as TileKernels."""
+    return tileaot.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups).long()
+
+
+def normalize_weight(topk_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(denominator [T], normalized_weights [T, K])`` of float32 `topk_weights`:
+    `tileaot.normalize_weight` (TileKernels' result, bit for bit)."""
+    return tileaot.normalize_weight(topk_weights)
+
+
+def mask_indices_by_tp(
+    indices: torch.Tensor, n: int, num_ep_ranks: int, tp_rank: int, num_tp_ranks: int
+) -> torch.Tensor:
+    """`indices` with the experts of other tensor-parallel ranks set to -1 and this rank's
+    renumbered locally: `tileaot.mask_indices_by_tp`, returned in the dtype of `indices`
+    (int32 or int64, as TileKernels). int64 indices run as int32 (clamped to
+    ``[-1, 2**31 - 1]``: expert indices are below ``n < 2**31``)."""
+    dtype = _index_dtype("mask_indices_by_tp", "indices", indices)
+    masked = tileaot.mask_indices_by_tp(_as_int32(indices), n, num_ep_ranks, tp_rank, num_tp_ranks)
+    return masked if dtype in (None, torch.int32) else masked.to(dtype)
+
+
+def group_count(group_idx: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """int32 ``[num_groups]`` counts of each group in ``group_idx [T, K]`` (negative entries
+    not counted): `tileaot.group_count`. int64 `group_idx` (TileKernels' dtype) runs as int32,
+    clamped to ``[-1, 2**31 - 1]`` (an entry ``>= num_groups`` is not counted either way)."""
+    _index_dtype("group_count", "group_idx", group_idx)
+    return tileaot.group_count(_as_int32(group_idx), num_groups)
+
+
+def _index_dtype(func: str, arg: str, x: object) -> torch.dtype | None:
+    """The dtype of index tensor `x` (None for a non-tensor: the op's TypeError names it)."""
+    if not isinstance(x, torch.Tensor):
+        return None
+    require(func, f"{arg}.dtype", x.dtype, _INDEX_DTYPES)
+    return x.dtype
+
+
+def _as_int32(x: object) -> object:
+    # clamping first keeps an out-of-range int64 index from wrapping onto a valid one
+    if isinstance(x, torch.Tensor) and x.dtype == torch.int64:
+        return x.clamp(-1, _INT32_MAX).int()
+    return x

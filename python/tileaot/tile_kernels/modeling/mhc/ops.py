@@ -6,7 +6,7 @@ import torch
 
 import tileaot
 
-__all__ = ["sinkhorn_normalize"]
+__all__ = ["expand_to_mhc", "mhc_post", "mhc_pre_apply_mix", "sinkhorn_normalize"]
 
 
 def sinkhorn_normalize(x: torch.Tensor, repeat: int = 10, eps: float = 1e-6) -> torch.Tensor:
@@ -15,3 +15,33 @@ def sinkhorn_normalize(x: torch.Tensor, repeat: int = 10, eps: float = 1e-6) -> 
     if isinstance(x, torch.Tensor):
         x = x.contiguous()
     return tileaot.sinkhorn_normalize(x, repeat, eps)
+
+
+def expand_to_mhc(
+    hidden: torch.Tensor, mhc_mult: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`mhc_mult` copies of each bf16 row, ``[..., H] -> [..., mhc_mult, H]``:
+    `tileaot.expand_to_mhc` (differentiable; `out` only outside autograd)."""
+    return tileaot.expand_to_mhc(hidden, mhc_mult, out=out)
+
+
+def mhc_pre_apply_mix(
+    x: torch.Tensor, mix: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``sum_r mix[..., r, 0] * x[..., r, :]`` in float32, bf16 ``[..., H]``:
+    `tileaot.mhc_pre_apply_mix` (differentiable in `x` and `mix`; `out` only outside
+    autograd)."""
+    return tileaot.mhc_pre_apply_mix(x, mix, out=out)
+
+
+def mhc_post(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    post_layer_mix: torch.Tensor,
+    comb_res_mix: torch.Tensor,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The new residual streams ``post_layer_mix * x + comb_res_mix^T @ residual``, bf16
+    ``[..., R, H]``: `tileaot.mhc_post` (differentiable in all four; `out` only outside
+    autograd)."""
+    return tileaot.mhc_post(x, residual, post_layer_mix, comb_res_mix, out=out)
