@@ -10,6 +10,8 @@ left unwritten shows.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -224,3 +226,117 @@ def test_sinkhorn_normalize_forward_and_backward(repeat, n):
     (p, grad), (want, want_grad) = results
     torch.testing.assert_close(p, want)  # TileKernels' test: assert_close defaults
     torch.testing.assert_close(grad, want_grad)
+
+
+@pytest.mark.parametrize("shape", [(4001, 8, 32), (129, 8, 16), (7, 4, 2)])
+@pytest.mark.parametrize("num_topk_sum", [1, 2])
+def test_topk_sum_and_topk_group_idx(shape, num_topk_sum):
+    g = torch.Generator(device="cuda").manual_seed(shape[0] + num_topk_sum)
+    scores = torch.randn(*shape, device="cuda", generator=g).round(decimals=1)  # tied sums
+    k = shape[1] // 2
+    _poison()
+    got = _compat().moe.topk_sum_and_topk_group_idx(scores, num_topk_sum, k)
+    _same(got, _tk("topk").topk_sum_and_topk_group_idx(scores, num_topk_sum, k), shape)
+
+
+@pytest.mark.parametrize("m", TOKENS)
+def test_normalize_weight(m):
+    w = torch.rand(m, 8, device="cuda", generator=torch.Generator(device="cuda").manual_seed(m))
+    w[::3] = 0.0  # zero rows: the 1e-20 floor
+    _poison()
+    for ours, theirs in zip(
+        _compat().moe.normalize_weight(w), _tk("moe").normalize_weight(w), strict=True
+    ):
+        _same(ours, theirs, m)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("m", TOKENS)
+def test_mask_indices_by_tp_and_group_count(m, dtype):
+    """int64 indices as TileKernels' routers return them; -1 slots included."""
+    g = torch.Generator(device="cuda").manual_seed(m)
+    idx = torch.randint(-1, 256, (m, 8), device="cuda", generator=g).to(dtype)
+    for ep, tp in ((1, 1), (8, 2), (4, 4)):
+        for tp_rank in range(tp):
+            _poison()
+            got = _compat().moe.mask_indices_by_tp(idx, 256, ep, tp_rank, tp)
+            _same(got, _tk("moe").mask_indices_by_tp(idx, 256, ep, tp_rank, tp), (ep, tp_rank))
+    _poison()
+    _same(_compat().moe.group_count(idx, 256), _tk("moe").group_count(idx.long(), 256), m)
+
+
+def _mhc_inputs(t: int, r: int, h: int, seed: int):
+    """TileKernels' tests' data: bf16 streams (sigmoid for pre_apply_mix), softmax pre-mix
+    weights, randn post/comb mixes."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(2, t, h, device="cuda", generator=g).bfloat16()
+    res = torch.randn(2, t, r, h, device="cuda", generator=g).bfloat16()
+    pre = torch.randn(2, t, r, 1, device="cuda", generator=g).softmax(-2)
+    post = torch.randn(2, t, r, 1, device="cuda", generator=g)
+    comb = torch.randn(2, t, r, r, device="cuda", generator=g)
+    return x, res, pre, post, comb
+
+
+def _with_grads(fn, args):
+    """``fn(*args)`` on fresh leaves, its backward of a seeded randn bf16 gradient: the
+    output and the tensor arguments' gradients."""
+    leaves = [a.clone().requires_grad_(True) if torch.is_tensor(a) else a for a in args]
+    _poison()
+    y = fn(*leaves)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    y.backward(torch.randn(y.shape, device="cuda", generator=g).bfloat16())
+    return y.detach(), [a.grad for a in leaves if torch.is_tensor(a)]
+
+
+@pytest.mark.parametrize("case", [(1, 4, 7168), (129, 4, 4096), (33, 8, 2048), (7, 3, 1000)])
+def test_mhc_ops_forward_and_backward(case):
+    """expand_to_mhc's output bit-exact; the rest within TileKernels' tests' bounds:
+    mhc_pre_apply_mix atol=1e-2, rtol=1e-3; mhc_post `assert_close` defaults (bf16) and
+    atol=rtol=1e-4 (float32 mix gradients); expand_to_mhc's gradient `assert_close`."""
+    t, r, h = case
+    x, res, pre, post, comb = _mhc_inputs(t, r, h, seed=t + r + h)
+    mhc, ops = _tk("mhc"), _compat().modeling.mhc.ops
+    _poison()
+    _same(ops.expand_to_mhc(x, r), mhc.expand_to_mhc_ref(x, r), case)
+    pairs = (
+        (ops.expand_to_mhc, mhc.expand_to_mhc_ref, (x, r)),
+        (ops.mhc_pre_apply_mix, mhc.mhc_pre_apply_mix_ref, (res.sigmoid(), pre)),
+        (ops.mhc_post, mhc.mhc_post_ref, (x, res, post, comb)),
+    )
+    for ours, theirs, args in pairs:
+        (y, grads), (want, want_grads) = _with_grads(ours, args), _with_grads(theirs, args)
+        for a, b in zip([y, *grads], [want, *want_grads], strict=True):
+            if ours is ops.mhc_pre_apply_mix:
+                tol = {"atol": 1e-2, "rtol": 1e-3}
+            else:
+                tol = {} if a.dtype == BF16 else {"atol": 1e-4, "rtol": 1e-4}
+            torch.testing.assert_close(a, b, **tol, msg=lambda m, c=case, f=ours: f"{f} {c}: {m}")
+
+
+@pytest.mark.parametrize("clamp", [1e-6, 0.5])
+@pytest.mark.parametrize("hc", [1, 4])
+@pytest.mark.parametrize("hidden", [2048, 7168])
+def test_engram_gate_forward_and_backward(hidden, hc, clamp):
+    """TileKernels' engram tests' data and bounds (tests/test_gpu_engram_gate.py says which):
+    calc_diff < 2e-10 for the output, < 1e-8 for the input gradients; our bf16 weight
+    gradients against its float32 ones < 2e-6. Through autograd of the compat function."""
+    _tk("engram")  # imports tile_kernels (TileKernels' calc_diff lives in its testing module)
+    calc_diff = importlib.import_module("tile_kernels.testing.numeric").calc_diff
+    g = torch.Generator(device="cuda").manual_seed(hidden + hc)
+    x, k = (torch.randn(1023, hc, hidden, device="cuda", generator=g).bfloat16() for _ in "xk")
+    v = torch.randn(1023, hidden, device="cuda", generator=g).bfloat16()
+    wh, we = (torch.randn(hc, hidden, device="cuda", generator=g).bfloat16() for _ in "he")
+    go = torch.randn_like(x)
+    ours = [a.clone().requires_grad_(True) for a in (x, k, v, wh, we)]
+    theirs = [a.clone().requires_grad_(True) for a in (x, k, v, wh.float(), we.float())]
+    _poison()
+    out = _compat().modeling.engram.engram_gate(*ours, clamp, 1e-20)
+    out.backward(go)
+    want = _tk("engram").engram_gate_ref(*theirs, clamp, 1e-20)
+    want.backward(go)
+    assert out.dtype == want.dtype and out.shape == want.shape
+    assert calc_diff(out, want) < 2e-10
+    for name, a, b in zip(("x", "k", "v", "wh", "we"), ours, theirs, strict=True):
+        assert a.grad.shape == b.grad.shape, name
+        bound = 2e-6 if name in ("wh", "we") else 1e-8
+        assert calc_diff(a.grad, b.grad) < bound, name
