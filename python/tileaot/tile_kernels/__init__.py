@@ -16,9 +16,13 @@ Served (module: functions -> tileaot op):
   ``per_token_cast_back`` (-> `cast_back`), ``swiglu_forward_and_per_token_cast`` (e4m3,
   128 -> `swiglu_per_token_cast_fp8`).
 * ``moe``: ``top2_sum_gate`` (sigmoid -> `top2_sum_gate`), ``topk_gate`` (-> `topk_gate`),
-  ``reduce_fused`` (-> `moe_reduce`).
+  ``reduce_fused`` (-> `moe_reduce`), ``topk_sum_and_topk_group_idx``, ``normalize_weight``,
+  ``mask_indices_by_tp``, ``group_count`` (-> the ops of the same names).
 * ``transpose``: ``transpose``, ``batched_transpose`` (-> `transpose`).
-* ``modeling.mhc.ops``: ``sinkhorn_normalize`` (-> `sinkhorn_normalize`, differentiable).
+* ``modeling.mhc.ops``: ``sinkhorn_normalize``, ``expand_to_mhc``, ``mhc_pre_apply_mix``,
+  ``mhc_post`` (-> the ops of the same names, differentiable).
+* ``modeling.engram``: ``engram_gate`` (-> `engram_gate` with a shared value row,
+  differentiable).
 
 An option TileKernels has and tileaot does not serve raises one line, e.g.
 ``NotImplementedError: tileaot.tile_kernels.per_token_cast: fmt='e5m6' is not served yet
@@ -28,8 +32,11 @@ other than float32 row-major (``use_tma_aligned_col_major_sf``, ``use_packed_ue8
 
 Differences that remain (the results are TileKernels' where a call is served):
 
-* Indices: tileaot's kernels write int32; ``top2_sum_gate`` and ``topk_gate`` return them
-  converted to int64, as TileKernels (one extra small copy).
+* Indices: tileaot's kernels write int32; ``top2_sum_gate``, ``topk_gate`` and
+  ``topk_sum_and_topk_group_idx`` return them converted to int64, as TileKernels (one extra
+  small copy); ``mask_indices_by_tp`` returns the dtype it was given (int32 or int64).
+  int64 index inputs (``mask_indices_by_tp``, ``group_count``) run as int32, clamped to
+  ``[-1, 2**31 - 1]`` (a copy).
 * FP4 scales: tileaot writes UE8M0 exponent bytes; ``per_token_cast(..., "e2m1", ...)``
   returns them decoded to TileKernels' float32 (exact), and ``cast_back`` of e2m1 data
   encodes float32 scales back, refusing (ValueError) scales that are no power of two: that
@@ -41,7 +48,13 @@ Differences that remain (the results are TileKernels' where a call is served):
   rows in its casts); scales given to ``cast_back`` may be column-major (copied).
 * tileaot's validation raises TypeError/ValueError with one line where TileKernels asserts;
   some inputs TileKernels refuses work here (any transpose shape, fp16 cast input).
-* ``topk_gate``: ``num_topk <= 32`` (TileKernels: up to E).
+* ``topk_gate``: ``num_topk <= 32`` (TileKernels: up to E). ``mask_indices_by_tp``:
+  ``0 <= tp_rank < num_tp_ranks``. ``group_count``: an entry ``>= num_groups`` is not counted
+  (TileKernels stops with a device assert).
+* ``engram_gate`` is a function (TileKernels': ``EngramGateFn.apply``), with its forward's
+  parameters; it returns weight gradients and refuses weights with a ``main_grad``
+  attribute (TileKernels accumulates into it). The mHC functions' ``out=`` works only outside
+  autograd (tileaot's ops say why).
 * Kernels run on torch's current stream; none of these functions synchronises except the
   e2m1 ``cast_back`` scale check.
 
