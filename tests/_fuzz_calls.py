@@ -696,7 +696,7 @@ def topk_sum_and_topk_group_idx(d: Draw) -> Call:
 
 def normalize_weight(d: Draw) -> Call:
     """Written from tileaot.normalize_weight's docstring: [T, K] float32 weights."""
-    t, k = d.size(40), d.size(12)
+    t, k = d.size(40), d.size(12, lo=1)  # K = 0 is refused (nothing to normalise)
     w = d.randn((t, k), FP32)
     c = Call({"topk_weights": w}, [((t,), FP32), ((t, k), FP32)], t > 0)
     out = d.outs(
@@ -740,13 +740,13 @@ def mask_indices_by_tp(d: Draw) -> Call:
 
 def group_count(d: Draw) -> Call:
     """Written from tileaot.group_count's docstring: int32 [T, K] indices (negatives and
-    indices >= G not counted), G >= 0; G = 0 launches nothing."""
+    indices >= G not counted), G >= 0; G = 0 or no indices launches nothing."""
     t, k, g = d.size(40), d.size(10), d.pick([0, 1, 7, 256, 8192, 8200])
     group_idx = d.randint(-2, g + 2, (t, k))
     c = Call(
         {"group_idx": group_idx, "num_groups": g},
         [((g,), I32)],
-        g > 0,
+        g > 0 and t * k > 0,  # no indices: the counts are zeroed without a launch
         bad={"num_groups": [-1, 2**31, 1.0, "8", True, None]},
     )
     d.outs(c, [("out", (g,), I32)], pair=False)

@@ -80,7 +80,11 @@ def test_autograd_matches_tile_kernels_reference(n, hidden):
     want = ref_fn(leaf_ref, n)
     want.backward(grad_out)
     assert torch.equal(_bits(y), _bits(want))
-    torch.testing.assert_close(leaf.grad, leaf_ref.grad, rtol=0, atol=0)
+    # Autograd of the reference sums the copies with torch's CUDA reduction, whose order
+    # differs from the in-order float32 sum TileKernels' backward kernel (and ours) performs
+    # (H200, 2026-12-02: 1 of 14.7M elements one bf16 ulp apart); the in-order sum is checked
+    # bit for bit above and on the CPU (tests/test_parity_mhc.py). Here: one rounding apart.
+    torch.testing.assert_close(leaf.grad, leaf_ref.grad, rtol=2**-7, atol=0)
 
 
 @pytest.mark.parametrize("op", ["expand_to_mhc", "expand_to_mhc_backward"])

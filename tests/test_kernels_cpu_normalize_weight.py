@@ -92,6 +92,7 @@ BAD = [
     (lambda: op(f(3, 8), out=(f(3), f(3, 7))), ValueError, r"out\[1\]|normalized_weights"),
     (lambda: op(f(3, 8), out=(f(4), f(3, 8))), ValueError, r"out\[0\]|denominator"),
     (lambda: op(f(3, 8), out=f(3, 8)), TypeError, r"out"),
+    (lambda: op(f(3, 0)), ValueError, r"topk_weights has shape \(3, 0\): no weights to normalise"),
 ]
 
 

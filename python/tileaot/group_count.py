@@ -92,8 +92,8 @@ def group_count(
     (y,) = SCHEMA.outputs(_arrays.namespace(group_idx), group_idx, bound, out, inputs)
     if g == 0:
         return y
-    # An empty group_idx still launches: the first kernel writes the zeros (the counting
-    # kernel's grid is empty and skipped).
+    if bound.dims["T"] * bound.dims["K"] == 0:  # nothing to count (and no data pointer to pass)
+        return y.zero_()
     handle = SCHEMA.launch("i32", bound.device, (group_idx, y), (), bound.dims)
     if type(group_idx) is _arrays.Tensor:  # the short path passes (group_idx, counts)
         _lib.learn((_OP, "i32"), handle)

@@ -51,7 +51,8 @@ def normalize_weight(
     Raises:
         TypeError: `topk_weights` or `out` is not a tensor / pair of tensors, or has the wrong
             dtype.
-        ValueError: `topk_weights` is not 2-D; a tensor is not on a CUDA device (the same
+        ValueError: `topk_weights` is not 2-D or has no columns (K = 0, where TileKernels
+            returns denominators of 1e-20); a tensor is not on a CUDA device (the same
             one), not contiguous or not 16-byte aligned; a dimension or element count reaches
             2**31; `out` has a wrong shape or overlaps.
         ImportError: the native module is not built (a source checkout).
@@ -88,6 +89,11 @@ def normalize_weight(
     den, nw = SCHEMA.outputs(_arrays.namespace(topk_weights), topk_weights, bound, out, inputs)
     if bound.dims["T"] == 0:
         return den, nw
+    if bound.dims["K"] == 0:
+        raise ValueError(
+            f"topk_weights has shape {tuple(topk_weights.shape)}: no weights to normalise "
+            "(K = 0); pass at least one column"
+        )
     handle = SCHEMA.launch("fp32", bound.device, (topk_weights, den, nw), (), bound.dims)
     if type(topk_weights) is _arrays.Tensor:  # the short path passes these same tensors
         _lib.learn((_OP, "fp32"), handle)
