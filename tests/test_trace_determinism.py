@@ -46,6 +46,16 @@ VARIANTS = (
     "engram_gate_backward_bf16_h2048",
     "per_token_cast_fp4_bf16_g16_ue8m0_any",
     "cast_back_fp4_bf16_g16_ue8m0_any",
+    "topk_sum_and_topk_group_idx_fp32_any",
+    "normalize_weight_fp32_any",
+    "mask_indices_by_tp_i32_any",
+    "group_count_i32_any",
+    "expand_to_mhc_bf16_any",
+    "expand_to_mhc_backward_bf16_any",
+    "mhc_pre_apply_mix_bf16_any",
+    "mhc_pre_apply_mix_backward_bf16_any",
+    "mhc_post_bf16_any",
+    "mhc_post_backward_bf16_any",
 )
 # engram_gate's static variant on the archs where its reductions share one slot under
 # several alias names, whose use varied (on sm_90a it did not).
