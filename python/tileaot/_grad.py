@@ -1,12 +1,15 @@
-"""What the eager `torch.autograd.Function`s of the differentiable ops share: the backward op a
-schema pairs with its forward, and gradients made dense for it."""
+"""The eager `torch.autograd.Function`s of the differentiable ops: built from the schema's
+backward pairing, one per op, on first use (torch is imported lazily)."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from . import _validate
+
+_FUNCTIONS: dict[str, Any] = {}  # op -> its torch.autograd.Function
 
 
 def backward_op(schema: Any) -> Any:
@@ -22,3 +25,44 @@ def dense(grad: Any) -> Any:
     import torch
 
     return grad.clone(memory_format=torch.contiguous_format)
+
+
+def function(schema: Any, forward: Callable[..., Any], tensors: int, *, inputs: bool = True) -> Any:
+    """The torch.autograd.Function of `schema`'s op (built once per op).
+
+    ``apply(*args)`` runs ``forward(*args)``: the first `tensors` arguments are tensors, the rest
+    scalars. Its backward calls the paired op as ``backward(grad, *args)`` (``inputs=False``:
+    ``backward(grad)``, for an op whose gradient needs none of its inputs; nothing is saved) and
+    returns one gradient per tensor argument (None where autograd needs none), None per scalar.
+    """
+    fn = _FUNCTIONS.get(schema.op)
+    if fn is None:
+        fn = _FUNCTIONS[schema.op] = _build(schema, forward, tensors, inputs)
+    return fn
+
+
+def _build(schema: Any, forward: Callable[..., Any], tensors: int, inputs: bool) -> Any:
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    backward = backward_op(schema)
+
+    @staticmethod
+    def fwd(ctx, *args):
+        if inputs:
+            ctx.save_for_backward(*args[:tensors])
+            ctx.scalars = args[tensors:]
+        ctx.n_scalars = len(args) - tensors
+        return forward(*args)
+
+    @staticmethod
+    @once_differentiable
+    def bwd(ctx, grad):
+        saved = (*ctx.saved_tensors, *ctx.scalars) if inputs else ()
+        grads = backward(dense(grad), *saved)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        needed = zip(grads, ctx.needs_input_grad[:tensors], strict=True)
+        return (*(g if need else None for g, need in needed), *(None,) * ctx.n_scalars)
+
+    name = "".join(part.title() for part in schema.op.split("_"))
+    return type(name, (torch.autograd.Function,), {"forward": fwd, "backward": bwd})

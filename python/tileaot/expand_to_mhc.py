@@ -21,7 +21,6 @@ SCHEMA = OpSchema(
 )
 _WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 _FAST_KEY = (_OP, "bf16")  # `_lib.fast`: tensors (hidden, out) of a 2-D hidden
-_autograd_fn: Any = None  # the torch.autograd.Function, built on first use (torch is lazy)
 
 
 def expand_to_mhc(
@@ -92,7 +91,8 @@ def expand_to_mhc(
                 "out= is not allowed when hidden requires grad (the result would not be "
                 "differentiable): pass out=None, or call under torch.no_grad()"
             )
-        return _function().apply(hidden, mhc_mult)
+        # The gradient is a sum of the copies: the backward takes only grad_out.
+        return _grad.function(SCHEMA, _autograd_forward, 1, inputs=False).apply(hidden, mhc_mult)
     return _forward(hidden, mhc_mult, out, bound)
 
 
@@ -103,6 +103,10 @@ def check_mhc_mult(mhc_mult: Any) -> int:
     if mhc_mult < 1:
         raise ValueError(f"mhc_mult must be >= 1; got {mhc_mult}")
     return mhc_mult
+
+
+def _autograd_forward(hidden: Any, mhc_mult: int) -> torch.Tensor:
+    return _forward(hidden, mhc_mult, None)
 
 
 def _forward(
@@ -119,29 +123,6 @@ def _forward(
     if type(hidden) is _arrays.Tensor and hidden.dim() == 2:  # the short path's shapes
         _lib.learn(_FAST_KEY, handle)
     return y
-
-
-def _function() -> Any:
-    """The torch.autograd.Function behind a differentiable call (built once)."""
-    global _autograd_fn
-    if _autograd_fn is None:
-        import torch
-        from torch.autograd.function import once_differentiable
-
-        backward = _grad.backward_op(SCHEMA)
-
-        class ExpandToMhc(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, hidden, mhc_mult):
-                return _forward(hidden, mhc_mult, None)
-
-            @staticmethod
-            @once_differentiable
-            def backward(ctx, grad):
-                return backward(_grad.dense(grad)), None  # nothing saved: a sum of copies
-
-        _autograd_fn = ExpandToMhc
-    return _autograd_fn
 
 
 example_shapes = SCHEMA.example_shapes

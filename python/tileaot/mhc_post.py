@@ -23,7 +23,6 @@ SCHEMA = OpSchema(
 )
 _WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 _FAST_KEY = (_OP, "bf16")  # `_lib.fast`: tensors of a 2-D x
-_autograd_fn: Any = None  # the torch.autograd.Function, built on first use (torch is lazy)
 
 
 def mhc_post(
@@ -105,11 +104,15 @@ def mhc_post(
                 "out= is not allowed when an input requires grad (the result would not be "
                 "differentiable): pass out=None, or call under torch.no_grad()"
             )
-        return _function().apply(*inputs)
+        return _grad.function(SCHEMA, _autograd_forward, 4).apply(*inputs)
     return _forward(inputs, out, bound)
 
 
 _NAMES = ("x", "residual", "post_layer_mix", "comb_res_mix")
+
+
+def _autograd_forward(*inputs: Any) -> torch.Tensor:
+    return _forward(inputs, None)
 
 
 def _forward(inputs: tuple, out: Any, bound: Any = None) -> torch.Tensor:
@@ -124,33 +127,6 @@ def _forward(inputs: tuple, out: Any, bound: Any = None) -> torch.Tensor:
     if all(type(t) is _arrays.Tensor for t in inputs) and inputs[0].dim() == 2:
         _lib.learn(_FAST_KEY, handle)  # the short path's shapes
     return y
-
-
-def _function() -> Any:
-    """The torch.autograd.Function behind a differentiable call (built once)."""
-    global _autograd_fn
-    if _autograd_fn is None:
-        import torch
-        from torch.autograd.function import once_differentiable
-
-        backward = _grad.backward_op(SCHEMA)
-
-        class MhcPost(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, *inputs):
-                ctx.save_for_backward(*inputs)
-                return _forward(inputs, None)
-
-            @staticmethod
-            @once_differentiable
-            def backward(ctx, grad):
-                grads = backward(_grad.dense(grad), *ctx.saved_tensors)
-                return tuple(
-                    g if need else None for g, need in zip(grads, ctx.needs_input_grad, strict=True)
-                )
-
-        _autograd_fn = MhcPost
-    return _autograd_fn
 
 
 example_shapes = SCHEMA.example_shapes

@@ -22,7 +22,6 @@ SCHEMA = OpSchema(
 )
 _WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 _FAST_KEY = (_OP, "bf16")  # `_lib.fast`: tensors (x, mix, out) of a 3-D x
-_autograd_fn: Any = None  # the torch.autograd.Function, built on first use (torch is lazy)
 
 
 def mhc_pre_apply_mix(
@@ -97,8 +96,12 @@ def mhc_pre_apply_mix(
                 "out= is not allowed when x or mix requires grad (the result would not be "
                 "differentiable): pass out=None, or call under torch.no_grad()"
             )
-        return _function().apply(x, mix)
+        return _grad.function(SCHEMA, _autograd_forward, 2).apply(x, mix)
     return _forward(x, mix, out, bound)
+
+
+def _autograd_forward(x: Any, mix: Any) -> torch.Tensor:
+    return _forward(x, mix, None)
 
 
 def _forward(x: torch.Tensor, mix: torch.Tensor, out: Any, bound: Any = None) -> torch.Tensor:
@@ -116,32 +119,6 @@ def _forward(x: torch.Tensor, mix: torch.Tensor, out: Any, bound: Any = None) ->
     if type(x) is _arrays.Tensor and type(mix) is _arrays.Tensor and x.dim() == 3:
         _lib.learn(_FAST_KEY, handle)  # the short path's shapes
     return y
-
-
-def _function() -> Any:
-    """The torch.autograd.Function behind a differentiable call (built once)."""
-    global _autograd_fn
-    if _autograd_fn is None:
-        import torch
-        from torch.autograd.function import once_differentiable
-
-        backward = _grad.backward_op(SCHEMA)
-
-        class MhcPreApplyMix(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x, mix):
-                ctx.save_for_backward(x, mix)
-                return _forward(x, mix, None)
-
-            @staticmethod
-            @once_differentiable
-            def backward(ctx, grad):
-                grad_x, grad_mix = backward(_grad.dense(grad), *ctx.saved_tensors)
-                need = ctx.needs_input_grad
-                return (grad_x if need[0] else None), (grad_mix if need[1] else None)
-
-        _autograd_fn = MhcPreApplyMix
-    return _autograd_fn
 
 
 example_shapes = SCHEMA.example_shapes

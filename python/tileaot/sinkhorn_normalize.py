@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _grad, _lib
 from ._schema import OpSchema
 from ._sinkhorn_args import _INF, MAX_N, MAX_REPEAT, check_args
 
@@ -22,7 +21,6 @@ SCHEMA = OpSchema(
 )
 _WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 _FAST_KEY = (_OP, "fp32")  # `_lib.fast`: tensors (logits, p) of a 3-D logits
-_autograd_fn: Any = None  # the torch.autograd.Function, built on first use (torch is lazy)
 
 
 def sinkhorn_normalize(
@@ -113,8 +111,12 @@ def sinkhorn_normalize(
                 "out= is not allowed when logits requires grad (the result would not be "
                 "differentiable): pass out=None, or call under torch.no_grad()"
             )
-        return _function().apply(logits, repeat, eps)
+        return _grad.function(SCHEMA, _autograd_forward, 1).apply(logits, repeat, eps)
     return _forward(logits, repeat, eps, out, bound)
+
+
+def _autograd_forward(logits: Any, repeat: int, eps: float) -> torch.Tensor:
+    return _forward(logits, repeat, eps, None)
 
 
 def _forward(
@@ -131,37 +133,6 @@ def _forward(
     if type(logits) is _arrays.Tensor:  # the short path passes (logits, p) of a 3-D logits
         _lib.learn(_FAST_KEY, handle)
     return p
-
-
-def _function() -> Any:
-    """The torch.autograd.Function behind a differentiable call (built once)."""
-    global _autograd_fn
-    if _autograd_fn is None:
-        import torch
-        from torch.autograd.function import once_differentiable
-
-        # The gradient's op, by the schema's pairing (imported by name: no import circle).
-        backward = getattr(
-            importlib.import_module(f"{__package__}.{SCHEMA.backward}"), SCHEMA.backward
-        )
-
-        class SinkhornNormalize(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, logits, repeat, eps):
-                ctx.save_for_backward(logits)
-                ctx.repeat, ctx.eps = repeat, eps
-                return _forward(logits, repeat, eps, None)
-
-            @staticmethod
-            @once_differentiable
-            def backward(ctx, grad):
-                (logits,) = ctx.saved_tensors
-                if not grad.is_contiguous() or grad.data_ptr() % _validate.ALIGN:
-                    grad = grad.clone(memory_format=torch.contiguous_format)
-                return backward(grad, logits, ctx.repeat, ctx.eps), None, None
-
-        _autograd_fn = SinkhornNormalize
-    return _autograd_fn
 
 
 example_shapes = SCHEMA.example_shapes
