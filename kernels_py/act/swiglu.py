@@ -202,7 +202,7 @@ def _tile(T, M, H: int, vec: int, width, store_128: str | None = None):
     """
     cols = THREADS * vec
 
-    def inside(bm, bc, r, v):
+    def inside(bm, r):  # the tile divides H: only the row needs a guard
         return bm * ROWS + r < M
 
     @T.macro
@@ -223,20 +223,16 @@ def _tile(T, M, H: int, vec: int, width, store_128: str | None = None):
         # All loads issued before any math; separate loops as in the T.Parallel tile.
         for r in T.unroll(ROWS):
             for e in T.vectorized(vec):
-                xg[r * vec + e] = T.if_then_else(
-                    inside(bm, bc, r, tx), x[bm * ROWS + r, col + e], 0
-                )
+                xg[r * vec + e] = T.if_then_else(inside(bm, r), x[bm * ROWS + r, col + e], 0)
         for r in T.unroll(ROWS):
             for e in T.vectorized(vec):
-                xu[r * vec + e] = T.if_then_else(
-                    inside(bm, bc, r, tx), x[bm * ROWS + r, H + col + e], 0
-                )
+                xu[r * vec + e] = T.if_then_else(inside(bm, r), x[bm * ROWS + r, H + col + e], 0)
         for i in T.unroll(ROWS * vec):
             yf[i] = silu_mul(T, T.cast(xg[i], "float32"), T.cast(xu[i], "float32"))
         for r in T.unroll(ROWS):
             for e in T.vectorized(vec):
                 yo[e] = T.cast(yf[r * vec + e], store_128)
-            if inside(bm, bc, r, tx):
+            if inside(bm, r):
                 T.stg128(y[bm * ROWS + r, col], yo_bits.vload([0], "uint32x4"))
 
     @T.macro
@@ -245,17 +241,15 @@ def _tile(T, M, H: int, vec: int, width, store_128: str | None = None):
         u = T.alloc_fragment((ROWS, THREADS, vec), "float32")
         # Two load loops: with both loads in one loop TileLang 0.1.15 halves the vector width.
         for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
-            g[r, v, e] = T.if_then_else(
-                inside(bm, bc, r, v), x[bm * ROWS + r, bc * cols + v * vec + e], 0
-            )
+            g[r, v, e] = T.if_then_else(inside(bm, r), x[bm * ROWS + r, bc * cols + v * vec + e], 0)
         for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
             u[r, v, e] = T.if_then_else(
-                inside(bm, bc, r, v), x[bm * ROWS + r, H + bc * cols + v * vec + e], 0
+                inside(bm, r), x[bm * ROWS + r, H + bc * cols + v * vec + e], 0
             )
         for r, v, e in T.Parallel(ROWS, THREADS, vec):
             g[r, v, e] = silu_mul(T, g[r, v, e], u[r, v, e])
         for r, v, e in T.Parallel(ROWS, THREADS, vec, coalesced_width=width):
-            if inside(bm, bc, r, v):
+            if inside(bm, r):
                 y[bm * ROWS + r, bc * cols + v * vec + e] = g[r, v, e]
 
     if store_128 is not None:
