@@ -22,6 +22,7 @@
 # same bytes a wheel built here ships.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/tlsite.sh
 GEN=build/gpu/gen
 ARCHS=${TILEAOT_GPU_ARCHS:-90a}
 
@@ -120,10 +121,8 @@ bench() {
 # TileLang for the JIT comparison: the GPU machine has none and no internet, so a trimmed
 # site-packages tarball is carried (.carry/tlsite.tar.xz, made by `tilelang_tarball` here).
 with_tilelang() {
-  if [ ! -d /tmp/site/tilelang ]; then
-    mkdir -p /tmp/site && tar -xJf .carry/tlsite.tar.xz -C /tmp/site --strip-components=1
-  fi
-  PYTHONPATH=/tmp/site CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} "$@"
+  (tlsite_env || { echo "no .carry/tlsite.tar.xz: make it here with 'bash scripts/gpu_check.sh tilelang_tarball' and carry it" >&2; exit 1; }
+   "$@")
 }
 
 tune() {

@@ -38,12 +38,8 @@ files=("$@")
 
 # With the carried tarball (scripts/gpu_check.sh tilelang_tarball), TileKernels' references are
 # importable, so the tests comparing with them run (and exercise their kernels) instead of skipping.
-if [ -e .carry/tlsite.tar.xz ]; then
-  if [ ! -d /tmp/site/tilelang ]; then
-    mkdir -p /tmp/site && tar -xJf .carry/tlsite.tar.xz -C /tmp/site --strip-components=1
-  fi
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-fi
+source scripts/tlsite.sh
+tlsite_env || true
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
 export TILEAOT_FUZZ_GPU_EXAMPLES=${TILEAOT_FUZZ_GPU_EXAMPLES:-4}  # the GPU fuzz test, per op, shortened
 export TILEAOT_SANITIZE=1  # tests whose full sizes exhaust memory under the sanitizer cut them
