@@ -12,6 +12,7 @@ import torch
 
 import tileaot
 
+from ..per_token_cast_fp8 import GROUPS  # FP8 group widths (cast_back reads the same)
 from ._served import float_to_ue8m0, not_served, require, require_none, ue8m0_to_float
 
 QuantTensor = tuple[torch.Tensor, torch.Tensor]
@@ -134,13 +135,10 @@ def _plain_sf(func: str, use_tma_aligned_col_major_sf: bool, use_packed_ue8m0: b
     require(func, "use_packed_ue8m0", use_packed_ue8m0, (False,))
 
 
-_FP8_GROUPS = (32, 64, 128)  # per_token_cast_fp8's / cast_back's FP8 group widths
-
-
 def _fp8_group(func: str, x: Any, num_per_channels: int) -> int | None:
     """`per_token_cast_fp8`'s group_size for TileKernels' num_per_channels (None: per row)."""
     hidden = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() > 0 else None
-    if num_per_channels in _FP8_GROUPS:
+    if num_per_channels in GROUPS:
         return num_per_channels
     if num_per_channels == hidden:
         return None
@@ -175,7 +173,7 @@ def _cast_back(
 def _fp8_layout(func: str, q: Any, block: tuple[str, Any], size: Any) -> str:
     """`tileaot.cast_back`'s layout for TileKernels' FP8 scaling block."""
     hidden = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() > 0 else None
-    layouts = {(1, g): f"g{g}" for g in _FP8_GROUPS} | {(128, 128): "block128"}
+    layouts = {(1, g): f"g{g}" for g in GROUPS} | {(128, 128): "block128"}
     layouts.setdefault((1, hidden), "token")
     if isinstance(size, (tuple, list)) and tuple(size) in layouts:
         return layouts[tuple(size)]
