@@ -13,7 +13,8 @@
 #
 # `verify` = the GPU issue's whole run in one call (see its comment below).
 # `run` = build + tests + cpp_example + bench. The steps are also commands of their own: build,
-# tests [FILES], cpp_example (examples/cpp against the installed package), bench,
+# tests [FILES], cpp_example (examples/cpp against the installed package), bench, suite,
+# tkbench (TileKernels' kernels at the suite's shapes), cold_start,
 # jit [--match RE] (TileLang JIT of the same kernels side by side), tune
 # CASE_RE 'CONST=value' ... (JIT candidates of a kernel file's constants), probe CASE_RE (ncu).
 # The device tool runs them with carry=["build/gpu/gen", ".carry/tlsite.tar.xz"] (the latter
@@ -140,6 +141,31 @@ suite() {
   return "${PIPESTATUS[0]}"
 }
 
+# TileKernels' own kernels at the suite's shapes (bench/tilekernels.py; needs the carried
+# tarball, else it says so in one line and exits 0): tables in $OUT/results beside the suite's,
+# whose newest JSON there (if any) gives the tileaot column.
+tkbench() {
+  local out=${OUT:-build/gpu/out} run=() suite_json
+  mkdir -p "$out/results"
+  if [ -e .carry/tlsite.tar.xz ]; then run=(with_tilelang); fi
+  suite_json=$(ls -t "$out"/results/*-[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].json 2>/dev/null | head -1 || true)
+  "${run[@]}" timeout "${TKBENCH_TIMEOUT:-590}" python bench/tilekernels.py --out "$out/results" \
+    ${suite_json:+--suite "$suite_json"} "$@" 2>&1 | tee "$out/tkbench.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+# Cold start (bench/cold_start.py, issue 21 item 4) on its own: the suite's cold_start step,
+# for runs that pass the suite `--skip cold_start` to fit the device time. With the carried
+# tarball it also starts TileLang's JIT (empty and warm cache) for comparison.
+cold_start() {
+  local out=${OUT:-build/gpu/out} run=() jit=()
+  mkdir -p "$out/results"
+  if [ -e .carry/tlsite.tar.xz ]; then run=(with_tilelang) jit=(--tilelang); fi
+  "${run[@]}" timeout "${COLD_TIMEOUT:-300}" python bench/cold_start.py --repeats 3 "${jit[@]}" \
+    --json "$out/results/cold_start.json" "$@" 2>&1 | tee "$out/cold_start.txt"
+  return "${PIPESTATUS[0]}"
+}
+
 jit() {
   local out=${OUT:-build/gpu/out}
   with_tilelang timeout "${JIT_TIMEOUT:-400}" python bench/jit_compare.py \
@@ -231,4 +257,4 @@ verify() {
   return "$status"
 }
 
-"${1:?usage: gpu_check.sh prepare|build|tests|cpp_example|bench|suite|jit|probe|run|prepare_ptx|build_ptx|tests_ptx ARCH|verify|tilelang_tarball}" "${@:2}"
+"${1:?usage: gpu_check.sh prepare|build|tests|cpp_example|bench|suite|tkbench|cold_start|jit|probe|run|prepare_ptx|build_ptx|tests_ptx ARCH|verify|tilelang_tarball}" "${@:2}"
