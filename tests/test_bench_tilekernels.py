@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import tilekernels  # noqa: E402  (imported without a GPU: that is under test too)
 import torch  # noqa: E402
+from timing import Timing  # noqa: E402
 
 
 def _bench_cases(path: Path) -> set[tuple[str, str]]:
@@ -109,3 +110,38 @@ def test_tables_from_a_fake_result(tmp_path):
     assert "| unavailable |" in table[1] and "no fp32 / out" in table[1]
     assert "| failed |" in table[2] and "RuntimeError: boom" in table[2]
     assert all(line.count("|") == 9 for line in table)
+
+
+def test_main_writes_every_case_with_its_status(tmp_path, monkeypatch, capsys):
+    """The whole run on a fake TileKernels and clock: ok, unavailable and failing cases all
+    reach the table, each with the tileaot figure of its suite case."""
+
+    class FakeTk:
+        import_s = 1.5
+
+    def boom(tk):
+        raise RuntimeError("kernel failed")
+
+    Case = tilekernels.Case
+    cases = [
+        Case("normalize_weight", "normalize_weight k8", "32768x8", lambda tk: lambda: None),
+        Case("group_count", "group_count e256 k8", "4096x8", tilekernels._unavailable("no way")),
+        Case("fused_weight", None, "4x7168", boom),
+    ]
+    monkeypatch.setattr(tilekernels, "CASES", cases)
+    monkeypatch.setattr(tilekernels, "unavailable_here", lambda: None)
+    monkeypatch.setattr(tilekernels, "TileKernels", FakeTk)
+    monkeypatch.setattr(tilekernels, "measure", lambda fn: Timing(12.0, 30, 11, 13))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H200")
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "keep"))  # main sets its own
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"kernels": [
+        {"op": "normalize_weight k8", "size": "32768x8", "tileaot_us": 8.0}]}))  # fmt: skip
+    assert tilekernels.main(["--suite", str(suite), "--out", str(tmp_path)]) == 0
+    result = json.loads(next(tmp_path.glob("h200-*-tilekernels.json")).read_text())
+    ok, unavailable, failed = result["rows"]
+    assert (ok["status"], ok["tk_us"], ok["tileaot_us"], ok["ratio"]) == ("ok", 12.0, 8.0, 1.5)
+    assert (unavailable["status"], unavailable["reason"]) == ("unavailable", "no way")
+    assert failed["status"] == "failed" and failed["reason"] == "RuntimeError: kernel failed"
+    assert "[tkbench] wrote" in capsys.readouterr().out
