@@ -1,5 +1,6 @@
-"""bench/tilekernels.py without a GPU: it imports, skips in one line, covers README's catalog,
-pairs each case with our bench case of the same label and size, and writes its tables."""
+"""bench/tilekernels.py (its cases: bench/tk_cases.py) without a GPU: it imports, skips in one
+line, covers README's catalog, pairs each case with our bench case of the same label and size,
+and writes its tables."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import tilekernels  # noqa: E402  (imported without a GPU: that is under test too)
+import tk_cases  # noqa: E402
 import torch  # noqa: E402
 from timing import Timing  # noqa: E402
 
@@ -52,12 +54,12 @@ def test_catalog_is_derived_from_readme():
 
 
 def test_every_op_with_a_tilekernels_counterpart_has_a_case():
-    missing = tilekernels.catalog_ops() - {case.op for case in tilekernels.CASES}
+    missing = tilekernels.catalog_ops() - {case.op for case in tk_cases.CASES}
     assert not missing, f"README lists TileKernels counterparts without a case: {sorted(missing)}"
 
 
 def test_cases_stand_beside_our_bench_cases():
-    for case in tilekernels.CASES:
+    for case in tk_cases.CASES:
         if case.bench_file.exists():
             assert case.label is not None, (
                 f"{case.bench_file.name} exists now: give {case.op}'s TileKernels case the label"
@@ -67,7 +69,7 @@ def test_cases_stand_beside_our_bench_cases():
             assert (case.label, case.size) in ours, f"{case} has no bench case {case.bench_file}"
         else:
             assert case.label is None, f"{case.op}: labelled, but {case.bench_file} is absent"
-    keys = [(c.op, c.label, c.size) for c in tilekernels.CASES]
+    keys = [(c.op, c.label, c.size) for c in tk_cases.CASES]
     assert len(keys) == len(set(keys)), "two cases of one op, label and size"
 
 
@@ -122,10 +124,10 @@ def test_main_writes_every_case_with_its_status(tmp_path, monkeypatch, capsys):
     def boom(tk):
         raise RuntimeError("kernel failed")
 
-    Case = tilekernels.Case
+    Case = tk_cases.Case
     cases = [
         Case("normalize_weight", "normalize_weight k8", "32768x8", lambda tk: lambda: None),
-        Case("group_count", "group_count e256 k8", "4096x8", tilekernels._unavailable("no way")),
+        Case("group_count", "group_count e256 k8", "4096x8", tk_cases._unavailable("no way")),
         Case("fused_weight", None, "4x7168", boom),
     ]
     monkeypatch.setattr(tilekernels, "CASES", cases)
