@@ -147,3 +147,18 @@ def test_main_writes_every_case_with_its_status(tmp_path, monkeypatch, capsys):
     assert (unavailable["status"], unavailable["reason"]) == ("unavailable", "no way")
     assert failed["status"] == "failed" and failed["reason"] == "RuntimeError: kernel failed"
     assert "[tkbench] wrote" in capsys.readouterr().out
+
+
+def test_swiglu_fix_puts_the_reducers_under_count_clamp():
+    """TILEKERNELS-H200.md's second fix, on the installed tile-kernels (skips without it)."""
+    import inspect
+
+    from _tile_kernels import tk
+
+    tk()  # skips where tile-kernels 1.0.0 and tilelang are not importable
+    fixed = tilekernels.TileKernels()
+    module = sys.modules[tilekernels.SWIGLU_MODULE]
+    source = inspect.getsource(module)
+    assert "if count_clamp:\n                count_silu = T.alloc_reducer" in source
+    assert "                T.fill(count_lower, 0)\n" in source
+    assert fixed.quant.swiglu_forward_and_per_token_cast is module.swiglu_forward_and_per_token_cast
