@@ -759,6 +759,31 @@ def group_count(d: Draw) -> Call:
     return c
 
 
+def engram_hash(d: Draw) -> Call:
+    """Written from tileaot.engram_hash's docstring: int32 ids [T, N] (N >= 2), int64
+    multipliers [L, N], int32 vocab_sizes [L, N - 1, E] and offsets [L, (N - 1) * E]; an
+    empty output (T, L or E zero) launches nothing."""
+    t, n, lay, e = d.size(40), d.int(2, 5), d.size(3), d.size(9)
+    cols = (n - 1) * e
+    ids = d.randint(0, 2**31 - 1, (t, n))
+    mult = d.randint(-(2**62), 2**62, (lay, n), torch.int64)  # products wrap
+    sizes = d.randint(1, 2**31 - 1, (lay, n - 1, e))
+    offsets = d.randint(-(2**31), 2**31 - 1, (lay, cols))  # sums wrap
+    args = {"ngram_token_ids": ids, "multipliers": mult, "vocab_sizes": sizes, "offsets": offsets}
+    c = Call(args, [((lay, t, cols), I32)], lay * t * cols > 0)
+    out = d.outs(c, [("out", (lay, t, cols), I32)], pair=False)
+    c.slot(("ngram_token_ids",), "ngram_token_ids", (I32,), (0, 1) if out else (1,))
+    c.slot(("multipliers",), "multipliers", (torch.int64,), (0, 1))
+    c.slot(("vocab_sizes",), "vocab_sizes", (I32,), (0, 1, 2))
+    c.slot(("offsets",), "offsets", (I32,), (0, 1))
+
+    def check(result: Any) -> None:  # tests/test_gpu_engram_hash.py
+        assert torch.equal(result, _ref("engram.engram_hash")(ids, mult, sizes, offsets))
+
+    c.check = check
+    return c
+
+
 def moe_expand(d: Draw) -> Call:
     fp8 = d.flag()
     t, k, e = d.size(30), d.size(8), d.int(1, 40)
@@ -980,6 +1005,7 @@ BUILDERS = {
         normalize_weight,
         mask_indices_by_tp,
         group_count,
+        engram_hash,
         moe_expand,
         moe_reduce,
         engram_gate,

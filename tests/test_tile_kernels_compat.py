@@ -31,7 +31,7 @@ F8, F32, BF16, I32 = torch.float8_e4m3fn, torch.float32, torch.bfloat16, torch.i
 
 # Our compat modules, by their path below `tileaot.tile_kernels` (= TileKernels' below
 # `tile_kernels`).
-MODULES = ("quant", "moe", "transpose", "modeling.mhc.ops", "modeling.engram")
+MODULES = ("quant", "moe", "transpose", "engram", "modeling.mhc.ops", "modeling.engram")
 
 
 def _ours(path: str):
@@ -119,6 +119,8 @@ IDX64 = IDX32.long()
 HID, RES = t(2, 3, 256), t(2, 3, 4, 256)
 MIX, COMB = t(2, 3, 4, 1, dtype=F32), t(2, 3, 4, 4, dtype=F32)
 ENG_H, ENG_K, ENG_V, ENG_W = t(2, 4, 256), t(2, 4, 256), t(2, 256), t(4, 256)
+HASH_IDS, HASH_MULT = t(9, 3, dtype=I32), t(2, 3, dtype=torch.int64)
+HASH_SIZES, HASH_OFFSETS = t(2, 2, 8, dtype=I32), t(2, 16, dtype=I32)
 
 # (id, compat call, direct tileaot call, TileKernels' (dtype, shape) of each result)
 CASES = [
@@ -293,6 +295,12 @@ CASES = [
         [(BF16, (2, 4, 256))],
     ),
     (
+        "engram_hash",
+        lambda: compat.engram.engram_hash(HASH_IDS, HASH_MULT, HASH_SIZES, HASH_OFFSETS),
+        lambda: tileaot.engram_hash(HASH_IDS, HASH_MULT, HASH_SIZES, HASH_OFFSETS),
+        [(I32, (2, 9, 16))],
+    ),
+    (
         "sinkhorn_normalize",
         lambda: ops.sinkhorn_normalize(SINK.transpose(1, 2), 20, 1e-5),
         lambda: tileaot.sinkhorn_normalize(SINK.transpose(1, 2).contiguous(), 20, 1e-5),
@@ -360,6 +368,7 @@ def test_e2m1_cast_back_refuses_scales_that_are_no_power_of_two(fake, cpu_as_cud
 def _stand_ins() -> dict:
     from kernels_py.act import swiglu_per_token_cast_fp8 as swq
     from kernels_py.engram import engram_gate as eg
+    from kernels_py.engram import engram_hash as eh
     from kernels_py.mhc import expand_to_mhc as ex
     from kernels_py.mhc import mhc_post as mp
     from kernels_py.mhc import mhc_pre_apply_mix as pam
@@ -407,6 +416,7 @@ def _stand_ins() -> dict:
         "mhc_pre_apply_mix": _no_out(pam.reference),
         "mhc_post": _no_out(mp.reference),
         "engram_gate": lambda *args: eg.reference(*args)[0],
+        "engram_hash": _no_out(eh.reference),
     }
 
 
@@ -459,6 +469,10 @@ def _tk_cases():
     idx = torch.randint(-1, 256, (129, 8), generator=g)  # int64, as TileKernels' routers
     hidden = _edgy(6, 512, seed=9).view(2, 3, 512)
     router = (logits, bias, 8, 4, 8, True, 1, 2.5, 1, 4, 1, 2, "sigmoid")
+    ngrams = torch.randint(0, 2**31 - 1, (129, 4), generator=g, dtype=I32)
+    mult = torch.randint(-(2**62), 2**62, (3, 4), generator=g)  # int64 products wrap
+    sizes = torch.randint(1, 2**31 - 1, (3, 3, 5), generator=g, dtype=I32)
+    hashed = (ngrams, mult, sizes, tk("engram").make_offsets(sizes))  # offsets wrap in int32
     return [
         (
             "per_token_cast-g128",
@@ -555,10 +569,15 @@ def _tk_cases():
             lambda: ops.expand_to_mhc(hidden, 4),
             lambda: tk("mhc").expand_to_mhc_ref(hidden, 4),
         ),
+        (
+            "engram_hash",
+            lambda: compat.engram.engram_hash(*hashed),
+            lambda: tk("engram").engram_hash_ref(*hashed),
+        ),
     ]
 
 
-N_TK_CASES = 19  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 20  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))

@@ -39,6 +39,7 @@ __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 torch_ops = importlib.import_module("tileaot.torch_ops")
 SPECS = {s.name: s for s in importlib.import_module("tileaot.torch_ops._specs").SPECS}
 BF16, F16, F32, FP8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
+I32, I64 = torch.int32, torch.int64
 NOT_OPS = {"info", "MoeExpandResult", "register_torch_ops", "use_stream"}  # the rest are ops
 
 
@@ -104,6 +105,14 @@ CASES = [
     ("mask_indices_by_tp", lambda: (idx(3, 1, 7), 7, 1, 0, 1)),
     ("group_count", lambda: (idx(6, 8, 256), 256)),
     ("group_count", lambda: (idx(3, 1, 7), 5)),
+    (
+        "engram_hash",
+        lambda: (idx(6, 3, 99), t(2, 3, dtype=I64), t(2, 2, 8, dtype=I32), idx(2, 16, 9)),
+    ),
+    (
+        "engram_hash",
+        lambda: (idx(3, 2, 9), t(1, 2, dtype=I64), t(1, 1, 1, dtype=I32), idx(1, 1, 9)),
+    ),
     ("swiglu", lambda: (t(4, 64),)),
     ("swiglu", lambda: (t(2, 3, 10, dtype=F32),)),
     ("swiglu_per_token_cast_fp8", lambda: (t(4, 512),)),

@@ -44,6 +44,7 @@ VARIANTS = (
     "moe_reduce_bf16_bf16_weighted_any",
     "engram_gate_bf16_any",
     "engram_gate_backward_bf16_h2048",
+    "engram_hash_i32_any",
     "per_token_cast_fp4_bf16_g16_ue8m0_any",
     "cast_back_fp4_bf16_g16_ue8m0_any",
     "topk_sum_and_topk_group_idx_fp32_any",

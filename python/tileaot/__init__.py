@@ -25,6 +25,7 @@ from ._info import info
 from .cast_back import cast_back
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
+from .engram_hash import engram_hash
 from .expand_to_mhc import expand_to_mhc
 from .expand_to_mhc_backward import expand_to_mhc_backward
 from .gemm import gemm
@@ -61,6 +62,7 @@ __all__ = [
     "cast_back",
     "engram_gate",
     "engram_gate_backward",
+    "engram_hash",
     "expand_to_mhc",
     "expand_to_mhc_backward",
     "gemm",

@@ -20,7 +20,7 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
   of size ``M`` = their product), or for outputs any integer expression over names (``N // 128``).
   The first input that mentions a name binds it; every later use must agree.
 * a dtype is a dtype variable (its allowed short names in `dtypes`; the first input holding it
-  picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32`` (and,
+  picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32 i64`` (and,
   for ops that only move bits, ``e5m2 i8 i16 bool``).
 * `key` formats the dispatch key from the dtype variables (and `extra` fields the wrapper passes).
 * inputs may also use an expression over sizes bound before them (``x_scale[T, H // 128]``).
@@ -75,6 +75,7 @@ LITERALS = {
     "e4m3": ("float8_e4m3fn", "float8_e4m3fn"),
     "u8": ("uint8", "uint8"),
     "i32": ("int32", "int32"),
+    "i64": ("int64", "int64"),  # engram_hash's multipliers
     # dtypes only moved, never computed on (transpose serves them with the kernel of their width)
     "e5m2": ("float8_e5m2", "float8_e5m2"),
     "i8": ("int8", "int8"),
@@ -83,7 +84,7 @@ LITERALS = {
 }
 _TVM = {short: tvm for short, (_, tvm) in LITERALS.items()}
 _ITEMSIZE = {
-    "bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "u8": 1, "i32": 4,
+    "bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1, "u8": 1, "i32": 4, "i64": 8,
     "e5m2": 1, "i8": 1, "i16": 2, "bool": 1,
 }  # fmt: skip
 _BY_ATTR = {attr: short for short, (attr, _) in LITERALS.items()}

@@ -21,6 +21,7 @@ Served (module: functions -> tileaot op):
 * ``transpose``: ``transpose``, ``batched_transpose`` (-> `transpose`).
 * ``modeling.mhc.ops``: ``sinkhorn_normalize``, ``expand_to_mhc``, ``mhc_pre_apply_mix``,
   ``mhc_post`` (-> the ops of the same names, differentiable).
+* ``engram``: ``engram_hash`` (-> `engram_hash`).
 * ``modeling.engram``: ``engram_gate`` (-> `engram_gate` with a shared value row,
   differentiable).
 
@@ -66,6 +67,6 @@ test's ``MODULES``; the test fails until it does). Give it a case in the test's 
 launch) and NOT_SERVED (each refused option).
 """
 
-from . import modeling, moe, quant, transpose
+from . import engram, modeling, moe, quant, transpose
 
-__all__ = ["modeling", "moe", "quant", "transpose"]
+__all__ = ["engram", "modeling", "moe", "quant", "transpose"]

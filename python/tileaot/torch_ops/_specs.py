@@ -22,6 +22,7 @@ from .._schema_torch import OpSpec, schema_fake
 from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
+from ..engram_hash import engram_hash
 from ..expand_to_mhc import expand_to_mhc
 from ..expand_to_mhc_backward import expand_to_mhc_backward
 from ..gemm import gemm
@@ -120,6 +121,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(mhc_post_backward, dense=_GRAD),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
+    _from_schema(engram_hash),
     _from_schema(engram_gate, fixed=MappingProxyType({"return_gate": True})),
     OpSpec(
         engram_gate_backward,
