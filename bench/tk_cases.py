@@ -497,7 +497,7 @@ CASES: list[Case] = [
     *_op("grad_w_reduce",
          (None, M, _grad_w_reduce(8192, 4, 7168), "reduces engram_gate_bwd's partials")),
     *_op("fused_weight", (None, "4x7168", _fused_weight(4, 7168))),
-    *_op("engram_hash", (None, "32768x3, 2 layers x 16 tables", _engram_hash(32768))),
+    *_op("engram_hash", ("engram_hash n3 l2 e8", "32768", _engram_hash(32768))),
     *_op("mhc_pre_split_mixes", (None, "4x8192x24", _pre_split_mixes(4, 8192))),
     *_op("mhc_head_compute_mix", (None, "4x8192x4", _head_compute_mix(4, 8192))),
     *_op("mhc_pre_norm_fn", (None, "1x8192x4x7168", _pre_norm_fn(1, 8192, 7168))),
