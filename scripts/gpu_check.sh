@@ -102,13 +102,12 @@ build() {
 }
 
 tests() {
-  local out=${OUT:-build/gpu/out} run=()
+  local out=${OUT:-build/gpu/out}
   # With the carried tarball, tilelang and TileKernels' references are importable, so the
   # tests comparing with tile_kernels.torch directly run instead of skipping.
-  if [ -e .carry/tlsite.tar.xz ]; then run=(with_tilelang); fi
   # GPU tests only (the CPU suite runs in CI), each result streamed (-v) so a hang still
   # leaves a record; a full-suite run once hung past 600 s in CPU tests on this machine.
-  TILEAOT_REDUCED_BUILD=1 "${run[@]}" timeout "${TEST_TIMEOUT:-300}" python -m pytest "${@:-tests}" -m gpu -v \
+  TILEAOT_REDUCED_BUILD=1 with_tilelang_if_carried timeout "${TEST_TIMEOUT:-300}" python -m pytest "${@:-tests}" -m gpu -v \
     -p no:cacheprovider --continue-on-collection-errors --tb=short 2>&1 | tee "$out/pytest.txt"
   return "${PIPESTATUS[0]}"
 }
@@ -126,6 +125,12 @@ with_tilelang() {
    "$@")
 }
 
+# with_tilelang_if_carried CMD...: CMD with the carried tarball's tilelang on the path when it
+# was carried, else CMD as it is (the steps that record TileLang's rows as skipped without it).
+with_tilelang_if_carried() {
+  if [ -e .carry/tlsite.tar.xz ]; then with_tilelang "$@"; else "$@"; fi
+}
+
 tune() {
   with_tilelang timeout "${TUNE_TIMEOUT:-300}" python bench/tune.py "$@"
 }
@@ -133,10 +138,9 @@ tune() {
 # The benchmark suite (bench/suite.py, issue 4) after `build`: results in $OUT/results, each
 # step's log in $OUT/suite; TileLang's JIT rows need the carried tarball (else recorded skipped).
 suite() {
-  local out=${OUT:-build/gpu/out} run=()
+  local out=${OUT:-build/gpu/out}
   mkdir -p "$out"
-  if [ -e .carry/tlsite.tar.xz ]; then run=(with_tilelang); fi
-  "${run[@]}" timeout "${SUITE_TIMEOUT:-590}" python bench/suite.py --out "$out/results" \
+  with_tilelang_if_carried timeout "${SUITE_TIMEOUT:-590}" python bench/suite.py --out "$out/results" \
     --work "$out/suite" "$@" 2>&1 | tee "$out/suite.txt"
   return "${PIPESTATUS[0]}"
 }
@@ -145,11 +149,10 @@ suite() {
 # tarball, else it says so in one line and exits 0): tables in $OUT/results beside the suite's,
 # whose newest JSON there (if any) gives the tileaot column.
 tkbench() {
-  local out=${OUT:-build/gpu/out} run=() suite_json
+  local out=${OUT:-build/gpu/out} suite_json
   mkdir -p "$out/results"
-  if [ -e .carry/tlsite.tar.xz ]; then run=(with_tilelang); fi
   suite_json=$(ls -t "$out"/results/*-[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].json 2>/dev/null | head -1 || true)
-  "${run[@]}" timeout "${TKBENCH_TIMEOUT:-590}" python bench/tilekernels.py --out "$out/results" \
+  with_tilelang_if_carried timeout "${TKBENCH_TIMEOUT:-590}" python bench/tilekernels.py --out "$out/results" \
     ${suite_json:+--suite "$suite_json"} "$@" 2>&1 | tee "$out/tkbench.txt"
   return "${PIPESTATUS[0]}"
 }
@@ -158,10 +161,10 @@ tkbench() {
 # for runs that pass the suite `--skip cold_start` to fit the device time. With the carried
 # tarball it also starts TileLang's JIT (empty and warm cache) for comparison.
 cold_start() {
-  local out=${OUT:-build/gpu/out} run=() jit=()
+  local out=${OUT:-build/gpu/out} jit=()
   mkdir -p "$out/results"
-  if [ -e .carry/tlsite.tar.xz ]; then run=(with_tilelang) jit=(--tilelang); fi
-  "${run[@]}" timeout "${COLD_TIMEOUT:-300}" python bench/cold_start.py --repeats 3 "${jit[@]}" \
+  if [ -e .carry/tlsite.tar.xz ]; then jit=(--tilelang); fi
+  with_tilelang_if_carried timeout "${COLD_TIMEOUT:-300}" python bench/cold_start.py --repeats 3 "${jit[@]}" \
     --json "$out/results/cold_start.json" "$@" 2>&1 | tee "$out/cold_start.txt"
   return "${PIPESTATUS[0]}"
 }
