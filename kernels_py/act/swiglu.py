@@ -25,7 +25,9 @@ stores ``ROWS`` 16-byte vectors of y.
   ``ROWS * 128`` consecutive vectors of y in row-major order on flat views of x and y, grid
   ``ceil(M * H / (ROWS * 128 * vec))``, so no thread idles in a row's partial last tile
   (_flat_tile). Generic H picks at run time 16-byte vectors when ``H % vec == 0`` and
-  element access otherwise, so any H works.
+  element access otherwise, so any H works; the element path takes its ROWS x vec elements
+  in ``vec`` rolled chunks of ROWS (_flat_scalar_tile), so that it needs no more registers
+  than the vector path it shares the kernel with.
 
 On CUDA targets the vector path is written per thread so that each output vector leaves in
 one explicit 16-byte store (``st.global.v4``, inline PTX): TileLang's plain vector store came

@@ -26,9 +26,12 @@ ulp). It costs ~13 more instructions per element than ``__expf`` and ``rcp.appro
 the kernel used before it followed TileKernels (one e4m3 step off in ~1e-5 of codes).
 
 One kernel, one read of x (and of the weights), one write of q and scale; everything else
-stays in registers. A block of 128 threads owns ``ROWS`` rows x ``GROUPS`` groups; each thread
-holds one 16-byte vector (8 bf16) of gate and of up per (row, group), so a group's amax is an
-8-element register max plus a 16-lane shuffle reduction.
+stays in registers. A block of 128 threads owns ``GROUPS`` (row, group) pairs: for static H
+``ROWS`` rows x ``GROUPS`` consecutive groups (grid rows x group tiles); for generic H the
+``GROUPS`` consecutive pairs ``b * GROUPS + c`` of the row-major M x H/128 pairs (1-D grid,
+_Flat), so no thread idles when 8 does not divide H/128. Each thread holds one 16-byte vector
+(8 bf16) of gate and of up per pair, so a group's amax is an 8-element register max plus a
+16-lane shuffle reduction.
 
 Cost (SASS, per element): ~35 instructions on sm_90a (+3 with the clamp); sm_70/sm_80 cubins
 (also run on sm_86/89) convert to e4m3 in software (no cvt.e4m3x2 before sm_89), issue-bound
