@@ -161,15 +161,13 @@ def test_generic_swiglu_registers(tmp_path, dtype):
 @needs_tilelang
 @needs_cuobjdump
 def test_generic_swiglu_per_token_cast_fp8_streams_16_byte_vectors(tmp_path):
-    """Gate and up in 16-byte loads, within the register bound, on the flat (row, group)
-    grid."""
+    """Gate and up in 16-byte loads, within the register bound (the flat grid itself:
+    test_kernels_cpu_swiglu)."""
     from kernels_py.act import swiglu_per_token_cast_fp8 as op
 
     sass, usage = _sass(op.factory(arch="sm_90a", dtype="bfloat16"), "swq_g", tmp_path)
     assert _accesses(sass)["ld128"] >= 2, _accesses(sass)
     assert usage["REG"] <= SWIGLU_FP8_GENERIC_MAX_REGS, usage
-    # A (row, group tile) grid idles threads in each row's last tile unless 8 divides H / 128.
-    assert "blockIdx.y" not in (tmp_path / "swq_g.cu").read_text(), "not the flat 1-D grid"
 
 
 @needs_tilelang
