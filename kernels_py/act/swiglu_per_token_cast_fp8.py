@@ -173,7 +173,9 @@ class _Tiled:
         return (bg * GROUPS + c) * GROUP + j
 
     def x(self, x, bm, bg, r, c, j, up=False):
-        return x[bm * ROWS + r, self.G * GROUP * up + self._col(bg, c, j)]
+        """Gate element (up: the up element, H columns further) of (row, group) (r, c)."""
+        col = self._col(bg, c, j)
+        return x[bm * ROWS + r, self.G * GROUP + col if up else col]
 
     def q_out(self, q):
         return q
@@ -224,7 +226,9 @@ class _Flat:
         return self.rows[r, c]
 
     def x(self, x, bm, bg, r, c, j, up=False):
-        group = self._pair(bm, c) + self.rows[r, c] * self.G + self.G * up
+        group = self._pair(bm, c) + self.rows[r, c] * self.G  # the gate's group on x's view
+        if up:
+            group += self.G
         return self.xf[group * GROUP + j]
 
     def q_out(self, q):
