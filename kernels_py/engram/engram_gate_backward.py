@@ -38,12 +38,12 @@ kernels in one launch sequence:
    the caller: a few blocks per SM, a multiple of ``GW``) each own the rows of one weight row
    ``wb = b % GW``: rows ``b, b + B, b + 2B, ...`` (all ``wb`` modulo GW, as B is a multiple
    of GW: the tokens ``b // GW + i * (B / GW)``' rows of branch wb). Per row they read
-   go, h, k, v and the row's statistics once, write grad_h, grad_k, grad_v, and add ``alpha * h * k`` into the block's
-   running sum ``P_b``. Static H keeps go, h and k in registers (one HBM read per element; v
-   is only needed for ``<go, v>`` and is streamed), ``w_h * w_k`` (fp32, loaded once per
-   block) and ``P_b`` in shared memory. Generic H makes two passes over each row (the second
-   hits L1/L2) and keeps ``P_b`` in its ``partial`` row (L2-resident read-modify-write).
-   Each block finally owns ``partial[b, :]``.
+   go, h, k, v and the row's statistics once, write grad_h, grad_k, grad_v, and add
+   ``alpha * h * k`` into the block's running sum ``P_b``. Static H keeps go, h and k in
+   registers (one HBM read per element; v is only needed for ``<go, v>`` and is streamed),
+   ``w_h * w_k`` (fp32, loaded once per block) and ``P_b`` in shared memory. Generic H makes
+   two passes over each row (the second hits L1/L2) and keeps ``P_b`` in its ``partial`` row
+   (L2-resident read-modify-write). Each block finally owns ``partial[b, :]``.
 2. A small kernel sums ``partial`` over the blocks ``b`` of each weight row per column, in a
    fixed order, and writes ``grad_w_h``, ``grad_w_k`` ``[GW, H]`` in float32 (TileKernels'
    ``grad_w_reduce`` accumulates into float32 gradients whatever the weights' dtype).
@@ -492,6 +492,7 @@ SPEC = KernelSpec(
     specs=({}, *({"H": n} for n in STATIC_H)),
     reference=reference,
     doc="(grad_h, grad_k, grad_v, grad_w_h, grad_w_k fp32) of engram_gate from the forward's "
-    "saved (dot, g, rstd_h, rstd_k) (TileKernels' semantics: weights [GW, H], clamp); scratch partial[B, H] fp32 (B blocks, a multiple of GW; "
+    "saved (dot, g, rstd_h, rstd_k) (TileKernels' semantics: weights [GW, H], clamp); "
+    "scratch partial[B, H] fp32 (B blocks, a multiple of GW; "
     "deterministic two-kernel weight-gradient reduction).",
 )
