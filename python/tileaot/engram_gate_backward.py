@@ -142,11 +142,7 @@ def engram_gate_backward(
             f"grad_out must have the shape of h {tuple(h.shape)}; got {tuple(grad_out.shape)}"
         )
     _validate.check_memory(("h", "grad_out"), (h, grad_out))
-    if saved is None:
-        from .engram_gate import engram_gate
-
-        saved = engram_gate(h, k, v, w_h, w_k, eps, clamp, save_for_backward=True)[1:]
-    else:
+    if saved is not None:
         saved = _check_saved(saved, h)
     if out is None:
         grads = (fw.empty_like(h), fw.empty_like(h), fw.empty_like(v))
@@ -154,6 +150,10 @@ def engram_gate_backward(
         wgrads = tuple(wgrads)
     else:
         grads, wgrads = _check_out(out, h, v, w_h, device, (grad_out, h, k, v, w_h, w_k))
+    if saved is None and rows:  # every argument checked: the forward's statistics first
+        from .engram_gate import engram_gate
+
+        saved = engram_gate(h, k, v, w_h, w_k, eps, clamp, save_for_backward=True)[1:]
     if rows == 0:
         for t in (*wgrads, grads[2]) if shared else wgrads:
             t.zero_()  # a sum over no rows
