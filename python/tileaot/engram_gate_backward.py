@@ -149,7 +149,9 @@ def engram_gate_backward(
         wgrads = (fw.empty(w_h.shape, dtype=fw.float32, device=w_h.device) for _ in "hk")
         wgrads = tuple(wgrads)
     else:
-        grads, wgrads = _check_out(out, h, v, w_h, device, (grad_out, h, k, v, w_h, w_k))
+        named = dict(zip(_INPUTS, (grad_out, h, k, v, w_h, w_k), strict=True))
+        named.update(zip(_SAVED, saved or (), strict=False))  # the kernel reads those too
+        grads, wgrads = _check_out(out, h, v, w_h, device, named)
     if saved is None and rows:  # every argument checked: the forward's statistics first
         from .engram_gate import engram_gate
 
@@ -239,7 +241,7 @@ def _check_saved(saved: Any, h: Any) -> tuple:
 
 
 def _check_out(
-    out: Any, h: Any, v: Any, w_h: Any, device: int, inputs: tuple
+    out: Any, h: Any, v: Any, w_h: Any, device: int, inputs: dict
 ) -> tuple[tuple, tuple]:
     if not isinstance(out, (tuple, list)) or len(out) != 5:
         what = type(out).__name__
@@ -253,7 +255,8 @@ def _check_out(
     fp32 = _arrays.namespace(h).float32
     for name, t in zip(_WGRAD_NAMES, out[3:], strict=True):
         _validate.check_out(name, t, fp32, w_h.shape, device)
-    _validate.check_no_overlap(_GRAD_NAMES + _WGRAD_NAMES, tuple(out), _INPUTS, inputs)
+    names = _GRAD_NAMES + _WGRAD_NAMES
+    _validate.check_no_overlap(names, tuple(out), tuple(inputs), tuple(inputs.values()))
     return tuple(out[:3]), tuple(out[3:])
 
 
