@@ -290,8 +290,9 @@ BAD_CALLS = [
     (
         "b-out-wgrad-shape",
         lambda: gate_bwd(
-            t(4, 64), *ins(4, 64), out=(t(4, 64), t(4, 64), t(4, 64), t(64, dtype=F32),
-                                        t(32, dtype=F32))
+            t(4, 64),
+            *ins(4, 64),
+            out=(t(4, 64), t(4, 64), t(4, 64), t(64, dtype=F32), t(32, dtype=F32)),
         ),
         ValueError,
         r"out\[4\] \(grad_w_k\) has shape \(32,\); this call writes \(64,\)",
