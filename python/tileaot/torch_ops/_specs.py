@@ -122,7 +122,10 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),
-    _from_schema(engram_gate, fixed=MappingProxyType({"return_gate": True})),
+    # (out, g); the backward op takes the statistics from the saving forward (saved=None).
+    _from_schema(
+        engram_gate, fixed=MappingProxyType({"return_gate": True, "save_for_backward": False})
+    ),
     OpSpec(
         engram_gate_backward,
         "Tensor grad_out, Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
