@@ -318,8 +318,10 @@ def test_mhc_ops_forward_and_backward(case):
 @pytest.mark.parametrize("hidden", [2048, 7168])
 def test_engram_gate_forward_and_backward(hidden, hc, clamp):
     """TileKernels' engram tests' data and bounds (tests/test_gpu_engram_gate.py says which):
-    calc_diff < 2e-10 for the output, < 1e-8 for the input gradients; our bf16 weight
-    gradients against its float32 ones < 2e-6. Through autograd of the compat function."""
+    calc_diff < 2e-10 for the output, < 1e-8 for the input gradients; the weight gradients
+    (float32 from our backward, as TileKernels', cast by autograd to the bf16 leaves' dtype)
+    against its float32 ones < 2e-6. Through autograd of the compat function, whose forward
+    saves the statistics its backward consumes (as TileKernels' EngramGateFn)."""
     _tk("engram")  # imports tile_kernels (TileKernels' calc_diff lives in its testing module)
     calc_diff = importlib.import_module("tile_kernels.testing.numeric").calc_diff
     g = torch.Generator(device="cuda").manual_seed(hidden + hc)
