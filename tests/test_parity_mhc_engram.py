@@ -186,3 +186,25 @@ def test_engram_gate_clamp_matches_tile_kernels():
         torch.testing.assert_close(a.reshape(leaf.shape), leaf.grad, rtol=1e-4, atol=1e-5)
     # The rows below the clamp: grad_k is 0 in both.
     assert (mine[1][below] == 0).all() and (leaves[1].grad[below] == 0).all()
+
+
+def test_engram_gate_backward_needs_the_forwards_saved_statistics():
+    """Issue 19's cause, in float64 on the CPU: fed TileKernels' saved statistics our backward
+    is far inside the 1e-8 bound at DeepSeek's [T, 4, 7168]; fed statistics summed another
+    way (here float64 sums rounded to float32, the most exact float32 there is) grad_k leaves
+    it: rows whose dot nearly cancels carry a large relative error in s, which the slope
+    1/sqrt|s| passes on. So the backward must take the forward's statistics, not redo them."""
+    gen = torch.Generator().manual_seed(0)
+    t, hc, hidden, clamp = 256, 4, 7168, 1e-6
+    x, k = (torch.randn(t, hc, hidden, generator=gen).bfloat16() for _ in "xk")
+    v = torch.randn(t, hidden, generator=gen).bfloat16()
+    wh, we = (torch.randn(hc, hidden, generator=gen).bfloat16() for _ in "he")
+    go = torch.randn(t, hc, hidden, generator=gen).bfloat16()
+    want = _tk_autograd(x, k, v, wh, we, go, clamp)
+    theirs = tk("engram").engram_gate_ref(x, k, v, wh, we, clamp, 1e-20, True)[1:]
+    x64 = [a.double() for a in (x, k, v[:, None], wh, we)]
+    exact = [a.float() for a in eg_fwd.statistics(*x64, 1e-20, clamp)[1:]]
+    for saved, inside in ((theirs, True), (exact, False)):
+        got = eg_bwd.reference(go, x, k, v[:, None], wh, we, saved, clamp)
+        diffs = [calc_diff(a.reshape(b.shape), b) for a, b in zip(got, want, strict=True)]
+        assert (max(diffs) < 1e-8) == inside, diffs
