@@ -146,8 +146,7 @@ def engram_gate_backward(
         saved = _check_saved(saved, h)
     if out is None:
         grads = (fw.empty_like(h), fw.empty_like(h), fw.empty_like(v))
-        wgrads = (fw.empty(w_h.shape, dtype=fw.float32, device=w_h.device) for _ in "hk")
-        wgrads = tuple(wgrads)
+        wgrads = tuple(w.new_empty(w.shape, dtype=fw.float32) for w in (w_h, w_k))
     else:
         named = dict(zip(_INPUTS, (grad_out, h, k, v, w_h, w_k), strict=True))
         named.update(zip(_SAVED, saved or (), strict=False))  # the kernel reads those too
