@@ -15,3 +15,5 @@ SCHEMA = OpSchema(
     dtypes={"T": ("bf16", "fp32")},
     example={"M": 4 * 4096, "H": 7168, "MV": 4 * 4096, "GW": 4},  # h [4096, 4, 7168]
 )
+
+example_shapes = SCHEMA.example_shapes
