@@ -35,6 +35,7 @@ OP_MODULES = (
     "kernels_py.moe.moe_expand",
     "kernels_py.moe.moe_reduce",
     "kernels_py.engram.engram_gate",
+    "kernels_py.engram.engram_gate_save",
     "kernels_py.engram.engram_gate_backward",
     "kernels_py.engram.engram_hash",
     "kernels_py.quant.per_token_cast_fp4",

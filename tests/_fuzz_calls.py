@@ -891,11 +891,13 @@ def _engram_inputs(d: Draw) -> tuple[Any, tuple, tuple, dict]:
 _ENGRAM_BAD = {"eps": BAD_EPS, "clamp_value": BAD_EPS}
 
 
-def _true_gate(args: dict) -> Any:
-    from test_gpu_engram_gate import _forward64
+def _true_statistics(args: dict) -> tuple:
+    """The forward's (dot, g, rstd_h, rstd_k) in float64, stored as float32."""
+    from kernels_py.engram import engram_gate
 
-    inputs = [args[name] for name in ("h", "k", "v", "w_h", "w_k")]
-    return _forward64(*(x.double() for x in inputs))[1].float().contiguous()
+    inputs = [args[name].double() for name in ("h", "k", "v", "w_h", "w_k")]
+    stats = engram_gate.statistics(*inputs, args["eps"], args.get("clamp_value", 1e-6))[1:]
+    return tuple(x.float().contiguous() for x in stats)
 
 
 def _engram_slots(c: Call, dt: Any, shape: tuple) -> None:
@@ -935,19 +937,22 @@ def engram_gate(d: Draw) -> Call:
 def engram_gate_backward(d: Draw) -> Call:
     dt, lead, shape, args = _engram_inputs(d)
     args = {"grad_out": d.randn(shape, dt), **args}
-    if d.flag():
-        # g is the forward's saved gate: on the GPU the values are checked, so pass the real one
-        # (a random g is a different backward); on the CPU only shapes and refusals matter.
-        args["g"] = d.randn(lead, FP32) if d.device != "cuda" else _true_gate(args)
+    # The forward's saved (dot, g, rstd_h, rstd_k): on the GPU the values are checked, so pass
+    # the real ones (random ones are a different backward); on the CPU only shapes and refusals
+    # matter. Always given: saved=None launches the saving forward first.
+    if d.device != "cuda":
+        args["saved"] = tuple(d.randn(lead, FP32) for _ in range(4))
+    else:
+        args["saved"] = _true_statistics(args)
     wshape = args["w_h"].shape
     specs = [(f"out[{i}] (grad_{name})", shape, dt) for i, name in enumerate("hkv")]
-    specs += [("out[3] (grad_w_h)", wshape, dt), ("out[4] (grad_w_k)", wshape, dt)]
+    specs += [("out[3] (grad_w_h)", wshape, FP32), ("out[4] (grad_w_k)", wshape, FP32)]
     c = Call(args, [(s, dtype) for _, s, dtype in specs], math.prod(lead) > 0, bad=_ENGRAM_BAD)
     d.outs(c, specs)
     c.slot(("grad_out",), "grad_out", (dt,), every(shape))
     _engram_slots(c, dt, shape)
-    if "g" in args:
-        c.slot(("g",), "g", (FP32,), every(lead), optional=True, unused=True)
+    for i, name in enumerate(("dot", "g", "rstd_h", "rstd_k")):
+        c.slot(("saved", i), f"saved[{i}] ({name})", (FP32,), every(lead))
 
     def check(result: Any) -> None:
         from test_gpu_engram_gate import _check_grads, _grads64

@@ -34,7 +34,7 @@ from _gpu_helpers import assert_every_variant_exercised
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
-OPS = ("engram_gate", "engram_gate_backward")
+OPS = ("engram_gate", "engram_gate_save", "engram_gate_backward")
 SEEN: set[str] = set()
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 OUT_TOL = {"bf16": (1.6e-2, 1e-2), "fp32": (1e-5, 1e-5)}
@@ -133,6 +133,19 @@ def _grads64(go, *inputs, dtype=torch.float64):
     return torch.autograd.grad(out, leaves, go.to(dtype))
 
 
+def _grad_buffers(h, v, w_h, w_k):
+    """NaN-poisoned out= for the backward: grads in h's dtype, weight grads float32."""
+    grads = tuple(torch.full_like(x, float("nan")) for x in (h, h, v))
+    wgrads = tuple(torch.full_like(w, float("nan"), dtype=torch.float32) for w in (w_h, w_k))
+    return grads + wgrads
+
+
+def _saved64(h, k, v, w_h, w_k, clamp=1e-6):
+    """The forward's (dot, g, rstd_h, rstd_k) in float64 (the backward reference's input)."""
+    x = (t.double() for t in (h, k, v, w_h, w_k))
+    return _reference_module().statistics(*x, EPS, clamp)[1:]
+
+
 def _normwise(got, want) -> float:
     return ((got.double() - want).norm() / want.norm()).item()
 
@@ -186,6 +199,21 @@ def test_forward(key, shape):
     ref, ref_g = _reference_module().reference(h, k, v, w_h, w_k, EPS)
     torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
     torch.testing.assert_close(g, ref_g, rtol=1e-5, atol=1e-6)
+    # save_for_backward: the same out and gate bit for bit, plus the statistics.
+    flat = [(rows, n)] * 3 + [(1, n)] * 2 + [(rows, n)] + [(rows,)] * 4
+    save = _select("engram_gate_save", key, flat)
+    SEEN.add(save)
+    stats = tuple(torch.full(shape[:-1], float("nan"), device="cuda") for _ in range(4))
+    got = tileaot.engram_gate(h, k, v, w_h, w_k, EPS, save_for_backward=True,
+                              out=(torch.full_like(h, float("nan")), *stats))  # fmt: skip
+    torch.cuda.synchronize()
+    assert torch.equal(got[0], out) and torch.equal(got[2], g), save
+    want_stats = _saved64(h, k, v, w_h, w_k)
+    for label, a, b in zip(("dot", "g", "rstd_h", "rstd_k"), got[1:], want_stats, strict=True):
+        assert a.dtype == torch.float32 and a.shape == shape[:-1], label
+        atol = 1e-5 * b.abs().max().item() if label == "dot" else 1e-6  # dot: cancellation
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=atol,
+                                   msg=lambda m, lb=label: f"{save}: {lb}: {m}")  # fmt: skip
 
 
 @pytest.mark.parametrize("key", ["bf16", "fp32"])
@@ -199,11 +227,12 @@ def test_backward(key, shape):
     go = torch.randn(shape, device="cuda", generator=g).to(dtype)
     n = shape[-1]
     rows = h.numel() // n
-    flat = [(rows, n)] * 4 + [(1, n)] * 2 + [(rows, n)] * 3 + [(1, n)] * 2
+    flat = [(rows, n)] * 4 + [(1, n)] * 2 + [(rows,)] * 4 + [(rows, n)] * 3 + [(1, n)] * 2
     name = _select("engram_gate_backward", key, flat + [(_blocks(key, rows, n), n)])
     SEEN.add(name)
-    out = tuple(torch.full_like(x, float("nan")) for x in (h, h, h, w_h, w_k))
-    got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, out=out)
+    out = _grad_buffers(h, v, w_h, w_k)
+    saved = tileaot.engram_gate(h, k, v, w_h, w_k, EPS, save_for_backward=True)[1:]
+    got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, saved=saved, out=out)
     torch.cuda.synchronize()
     assert all(a is b for a, b in zip(got, out, strict=True))
     inputs = (go, h, k, v, w_h, w_k)
@@ -228,7 +257,8 @@ def test_backward_at_s_zero_is_finite_and_floored(key, n, clamp):
     go = torch.randn(64, n, device="cuda").to(dtype)
     got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, clamp_value=clamp)
     torch.cuda.synchronize()
-    want = bwd.reference(go.double(), *(x.double() for x in (h, k, v, w_h, w_k)), EPS, clamp)
+    x64 = [x.double() for x in (h, k, v, w_h, w_k)]
+    want = bwd.reference(go.double(), *x64, _saved64(h, k, v, w_h, w_k, clamp), clamp)
     assert all(torch.isfinite(x).all() for x in got)
     _check_grads(got, want, key, f"engram_gate_backward {key} H={n} s=0 clamp={clamp}")
 
@@ -258,8 +288,8 @@ def test_autograd_matches_the_backward_op(shared):
     out.backward(go)
     want = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS)
     assert leaves[2].grad.shape == v.shape
-    for leaf, w in zip(leaves, want, strict=True):
-        assert torch.equal(leaf.grad, w)
+    for leaf, w in zip(leaves, want, strict=True):  # weight grads: fp32, cast by autograd
+        assert torch.equal(leaf.grad, w.to(leaf.dtype))
     # An expanded (stride-0) incoming gradient goes through too.
     out = tileaot.engram_gate(*leaves, EPS)
     out.float().sum().backward()
@@ -311,15 +341,18 @@ def test_backward_shared_value(key, shape):
     h, k, v, w_h, w_k = _shared_inputs(shape, dtype, seed=5 * sum(shape))
     gen = torch.Generator(device="cuda").manual_seed(13 * sum(shape))
     go = torch.randn(shape, device="cuda", generator=gen).to(dtype)
-    out = tuple(torch.full_like(x, float("nan")) for x in (h, h, v, w_h, w_k))
+    out = _grad_buffers(h, v, w_h, w_k)
     got = tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, out=out)
     full = tileaot.engram_gate_backward(go, h, k, v.expand_as(h).contiguous(), w_h, w_k, EPS)
+    gate = tileaot.engram_gate(h, k, v, w_h, w_k, EPS, return_gate=True)[1]
     torch.cuda.synchronize()
     assert all(a is b for a, b in zip(got, out, strict=True))
     assert got[2].shape == v.shape
     for i in (0, 1, 3, 4):
         assert torch.equal(got[i], full[i])
-    assert torch.equal(got[2], full[2].float().sum(-2, keepdim=True).to(dtype))
+    # grad_v: each token's rows' g * go summed in float32 from the saved gate, rounded once.
+    want_v = (go.float() * gate[..., None]).sum(-2, keepdim=True).to(dtype)
+    torch.testing.assert_close(got[2], want_v, rtol=2**-8, atol=0)
     inputs = (go, h, k, v, w_h, w_k)
     fp32 = _grads64(*inputs, dtype=torch.float32) if key == "fp32" else None
     _check_grads(got, _grads64(*inputs), key, f"shared v {key} {shape}", fp32)
@@ -383,7 +416,7 @@ def test_per_branch_weights_forward_and_backward(key, shape, shared_v):
     tileaot.engram_gate(h, k, v, w_h, w_k, EPS, return_gate=True, out=(out, g))
     gen = torch.Generator(device="cuda").manual_seed(17 * sum(shape))
     go = torch.randn(shape, device="cuda", generator=gen).to(dtype)
-    grads = tuple(torch.full_like(x, float("nan")) for x in (h, h, v, w_h, w_k))
+    grads = _grad_buffers(h, v, w_h, w_k)
     tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, out=grads)
     torch.cuda.synchronize()
     want, want_g = _forward64(*(x.double() for x in (h, k, v, w_h, w_k)))
@@ -437,7 +470,8 @@ def test_clamp_value_forward_and_backward(key, shape):
     torch.testing.assert_close(g[below].double(), torch.sigmoid(s.sign() * 0.5**0.5)[below])
     rtol, atol = OUT_TOL[key]
     torch.testing.assert_close(out.double(), want, rtol=rtol, atol=atol)
-    want_grads = bwd.reference(go.double(), *(x.double() for x in (h, k, v, w_h, w_k)), EPS, 0.5)
+    x64 = [x.double() for x in (h, k, v, w_h, w_k)]
+    want_grads = bwd.reference(go.double(), *x64, _saved64(h, k, v, w_h, w_k, 0.5), 0.5)
     _check_grads(grads, want_grads, key, f"clamp 0.5 {key} {shape}")
     assert (grads[1][below] == 0).all()  # grad_k: only the gate path, closed below the clamp
 
@@ -454,9 +488,9 @@ def _calc_diff(x, y):
 @pytest.mark.parametrize("tokens", [1023, 4096])
 def test_matches_tile_kernels_reference_within_its_bounds(tokens, hc, hidden):
     """TileKernels' engram tests' data (randn bf16, eps 1e-20, clamp 1e-6) and bounds:
-    calc_diff < 2e-10 for out and the gate, < 1e-8 for grad_x, grad_k, grad_v against autograd
-    of its reference. Our weight gradients are bf16 (the weights' dtype; TileKernels keeps them
-    in float32): their bound is that rounding's, calc_diff < 2e-6."""
+    calc_diff < 2e-10 for out and the gate, < 1e-8 for every gradient (float32 weight
+    gradients, as TileKernels') against autograd of its reference, the backward fed the
+    statistics its reference forward saved (as TileKernels' backward test feeds its kernel)."""
     import tileaot
     from _tile_kernels import tk
 
@@ -467,16 +501,20 @@ def test_matches_tile_kernels_reference_within_its_bounds(tokens, hc, hidden):
     wh, we = (torch.randn(hc, hidden, dtype=torch.bfloat16, device="cuda") for _ in "he")
     go = torch.randn_like(x)
     out, g = tileaot.engram_gate(x, k, v[:, None], wh, we, 1e-20, 1e-6, return_gate=True)
-    grads = tileaot.engram_gate_backward(go, x, k, v[:, None], wh, we, 1e-20, clamp_value=1e-6)
     leaves = [x.clone(), k.clone(), v.clone(), wh.float(), we.float()]
     for t in leaves:
         t.requires_grad_(True)
-    want, _dot, want_g, _rx, _rk = ref_fn(*leaves, 1e-6, 1e-20, save_for_backward=True)
+    want, *saved = ref_fn(*leaves, 1e-6, 1e-20, save_for_backward=True)
+    saved = [t.detach().contiguous() for t in saved]
+    grads = tileaot.engram_gate_backward(go, x, k, v[:, None], wh, we, saved=saved,
+                                         clamp_value=1e-6)  # fmt: skip
     want.backward(go)
+    want_g = saved[1]
     assert _calc_diff(out, want) < 2e-10
     assert _calc_diff(g, want_g) < 2e-10
     for name, a, leaf in zip(("x", "k", "v", "wh", "we"), grads, leaves, strict=True):
-        bound = 2e-6 if name in ("wh", "we") else 1e-8
+        assert a.dtype == leaf.grad.dtype, name
+        bound = 1e-8
         diff = _calc_diff(a.reshape(leaf.shape), leaf.grad)
         assert diff < bound, f"grad_{name}: calc_diff {diff:.3e} >= {bound}"
 

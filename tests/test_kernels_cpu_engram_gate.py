@@ -14,6 +14,7 @@ from _lowering import lower_source, needs_tilelang  # noqa: E402
 
 from kernels_py.engram import engram_gate as fwd  # noqa: E402
 from kernels_py.engram import engram_gate_backward as bwd  # noqa: E402
+from kernels_py.engram import engram_gate_save as save  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 EPS = 1e-6
@@ -69,6 +70,16 @@ def grads64(go, h, k, v, w_h, w_k, floored=False, clamp=0.0):
     leaves = [x.double().requires_grad_() for x in (h, k, v, w_h, w_k)]
     out, _ = forward64(*leaves, floored=floored, clamp=clamp)
     return torch.autograd.grad(out, leaves, go.double())
+
+
+def saved(h, k, v, w_h, w_k, eps=EPS, clamp=1e-6):
+    """The forward's saved (dot, g, rstd_h, rstd_k), as the backward takes them."""
+    return fwd.statistics(h, k, v, w_h, w_k, eps, clamp)[1:]
+
+
+def backward(go, h, k, v, w_h, w_k, eps=EPS, clamp=1e-6):
+    """bwd.reference fed the forward reference's statistics (as the autograd path does)."""
+    return bwd.reference(go, h, k, v, w_h, w_k, saved(h, k, v, w_h, w_k, eps, clamp), clamp)
 
 
 def rel_err(got, want):
@@ -137,7 +148,7 @@ def test_forward_clamp_raises_small_scores():
 def test_backward_reference_matches_autograd_float64(shape, branches):
     x = [t.double() for t in inputs(shape, torch.float32, branches=branches)]
     go = torch.randn(shape, dtype=torch.float64)
-    got = bwd.reference(go, *x, EPS)
+    got = backward(go, *x)
     want = grads64(go, *x)
     for name, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
         assert gt.dtype == torch.float64 and gt.shape == w.shape, name
@@ -151,11 +162,12 @@ def test_backward_reference_in_working_precision(dtype, branches):
     outputs, 1e-5 for fp32), normwise per gradient."""
     h, k, v, w_h, w_k = inputs((8, 4, 512), dtype, branches=branches)
     go = torch.randn(h.shape).to(dtype)
-    got = bwd.reference(go, h, k, v, w_h, w_k, EPS)
+    got = backward(go, h, k, v, w_h, w_k)
     want = grads64(go, h, k, v, w_h, w_k)
     tol = {torch.bfloat16: 1e-2, torch.float32: 1e-5}[dtype]
-    for name, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
-        assert gt.dtype == dtype, name
+    dtypes = (dtype, dtype, dtype, torch.float32, torch.float32)  # weight grads: fp32 (as TK)
+    for name, gt, w, dt in zip(("h", "k", "v", "w_h", "w_k"), got, want, dtypes, strict=True):
+        assert gt.dtype == dt, name
         assert rel_err(gt, w) < tol, (name, rel_err(gt, w))
 
 
@@ -166,7 +178,7 @@ def test_backward_at_s_zero_with_clamp_zero_uses_the_documented_floor():
     x[0][1] = 0  # h row 1
     x[1][2] = 0  # k row 2
     go = torch.randn(4, 128, dtype=torch.float64)
-    got = bwd.reference(go, *x, EPS, 0.0)
+    got = backward(go, *x, EPS, 0.0)
     want = grads64(go, *x, floored=True)
     for name, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
         assert torch.isfinite(gt).all(), name
@@ -184,7 +196,7 @@ def test_backward_below_the_clamp_passes_no_gradient_through_the_gate(branches):
     s = torch.special.logit(g0).square()
     ranked = s.flatten().sort().values
     clamp = (ranked[4] + ranked[5]).item() / 2  # 5 rows fall below, the zero row among them
-    got = bwd.reference(go, *x, EPS, clamp)
+    got = backward(go, *x, EPS, clamp)
     want = grads64(go, *x, clamp=clamp)
     for name, gt, w in zip(("h", "k", "v", "w_h", "w_k"), got, want, strict=True):
         torch.testing.assert_close(gt, w, rtol=1e-9, atol=1e-12, msg=f"grad_{name}")
@@ -199,7 +211,7 @@ def test_weight_gradients_share_one_row_sum(branches):
     """grad_w_h = w_k * P and grad_w_k = w_h * P: their ratio is w_k / w_h."""
     h, k, v, w_h, w_k = (t.double() for t in inputs((16, 3, 32), torch.float32, branches=branches))
     go = torch.randn(16, 3, 32, dtype=torch.float64)
-    _, _, _, gwh, gwk = bwd.reference(go, h, k, v, w_h, w_k, EPS)
+    _, _, _, gwh, gwk = backward(go, h, k, v, w_h, w_k)
     assert gwh.shape == w_h.shape and gwk.shape == w_k.shape
     torch.testing.assert_close(gwh * w_h, gwk * w_k)
 
@@ -234,7 +246,7 @@ def test_backward_blocks_cover_each_row_once_with_one_weight_row_per_block(
 # --- specs ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec", [fwd.SPEC, bwd.SPEC], ids=lambda s: s.op)
+@pytest.mark.parametrize("spec", [fwd.SPEC, save.SPEC, bwd.SPEC], ids=lambda s: s.op)
 def test_spec_tables(spec):
     import inspect
 

@@ -43,7 +43,17 @@ def with_(i: int, x: torch.Tensor, *shape: int) -> tuple[torch.Tensor, ...]:
 
 def overlapping_grads(m: int, n: int) -> tuple[torch.Tensor, ...]:
     buf = torch.zeros(m * n, dtype=BF16)
-    return buf.view(m, n), buf.view(m, n), t(m, n), t(n), t(n)
+    return buf.view(m, n), buf.view(m, n), t(m, n), t(n, dtype=F32), t(n, dtype=F32)
+
+
+def stats(*shape: int) -> tuple[torch.Tensor, ...]:
+    """A forward's saved (dot, g, rstd_h, rstd_k) for h of `shape` (float32, h's rows)."""
+    return tuple(t(*shape[:-1], dtype=F32) for _ in range(4))
+
+
+def wgrads(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """out= weight gradients for (H,) weights: float32, as the backward writes them."""
+    return t(n, dtype=F32), t(n, dtype=F32)
 
 
 # (id, call, exception, message regex): each call breaks exactly one rule.
@@ -231,24 +241,41 @@ BAD_CALLS = [
     ("b-go-device", lambda: gate_bwd(meta(4, 64), *ins(4, 64)), ValueError, r"same CUDA device"),
     ("b-eps-bool", lambda: gate_bwd(t(4, 64), *ins(4, 64), True), TypeError, r"eps must be a"),
     (
-        "b-g-dtype",
-        lambda: gate_bwd(t(4, 64), *ins(4, 64), 1e-6, t(4)),
+        "b-saved-dtype",
+        lambda: gate_bwd(t(4, 64), *ins(4, 64), 1e-6, (t(4, dtype=F32), t(4), *stats(4, 64)[2:])),
         TypeError,
-        r"g has dtype torch\.bfloat16; the gate engram_gate returns is torch\.float32",
+        r"saved\[1\] \(g\) has dtype torch\.bfloat16; the forward saves it as float32",
     ),
     (
-        "b-g-shape",
-        lambda: gate_bwd(t(2, 2, 64), *ins(2, 2, 64), 1e-6, t(4, dtype=F32)),
+        "b-saved-shape",
+        lambda: gate_bwd(t(2, 2, 64), *ins(2, 2, 64), 1e-6, stats(4, 64)),
         ValueError,
-        r"g must have shape \(2, 2\) \(h's shape without H\); got \(4,\)",
+        r"saved\[0\] \(dot\) must have shape \(2, 2\) \(h's shape without H\); got \(4,\)",
     ),
-    ("b-g-list", lambda: gate_bwd(t(4, 64), *ins(4, 64), 1e-6, [0.5]), TypeError, r"g must be a"),
+    (
+        "b-saved-len",
+        lambda: gate_bwd(t(4, 64), *ins(4, 64), 1e-6, stats(4, 64)[:3]),
+        TypeError,
+        r"saved must be the forward's \(dot, g, rstd_h, rstd_k\).*; got tuple of length 3",
+    ),
+    (
+        "b-saved-tensor",
+        lambda: gate_bwd(t(4, 64), *ins(4, 64), 1e-6, t(4, dtype=F32)),
+        TypeError,
+        r"saved must be the forward's .*; got Tensor",
+    ),
+    (
+        "b-saved-list",
+        lambda: gate_bwd(t(4, 64), *ins(4, 64), 1e-6, [0.5] * 4),
+        TypeError,
+        r"saved\[0\] \(dot\) must be a",
+    ),
     (
         "b-out-shared-v-grad-shape",
         lambda: gate_bwd(
             t(2, 4, 64),
             *with_(2, t(2, 1, 64), 2, 4, 64),
-            out=(t(2, 4, 64), t(2, 4, 64), t(2, 4, 64), t(64), t(64)),
+            out=(t(2, 4, 64), t(2, 4, 64), t(2, 4, 64), *wgrads(64)),
         ),
         ValueError,
         r"out\[2\] \(grad_v\) has shape \(2, 4, 64\); this call writes \(2, 1, 64\)",
@@ -262,18 +289,28 @@ BAD_CALLS = [
     ),
     (
         "b-out-wgrad-shape",
-        lambda: gate_bwd(t(4, 64), *ins(4, 64), out=(t(4, 64), t(4, 64), t(4, 64), t(64), t(32))),
+        lambda: gate_bwd(
+            t(4, 64),
+            *ins(4, 64),
+            out=(t(4, 64), t(4, 64), t(4, 64), t(64, dtype=F32), t(32, dtype=F32)),
+        ),
         ValueError,
         r"out\[4\] \(grad_w_k\) has shape \(32,\); this call writes \(64,\)",
     ),
     (
         "b-out-dtype",
         lambda: gate_bwd(
-            t(4, 64), *ins(4, 64), out=(t(4, 64), t(4, 64, dtype=F32), t(4, 64), t(64), t(64))
+            t(4, 64), *ins(4, 64), out=(t(4, 64), t(4, 64, dtype=F32), t(4, 64), *wgrads(64))
         ),
         TypeError,
         r"out\[1\] \(grad_k\) has dtype torch\.float32",
     ),  # fmt: skip
+    (
+        "b-out-wgrad-dtype",
+        lambda: gate_bwd(t(4, 64), *ins(4, 64), out=(t(4, 64), t(4, 64), t(4, 64), t(64), t(64))),
+        TypeError,
+        r"out\[3\] \(grad_w_h\) has dtype torch\.bfloat16",
+    ),
     (
         "b-out-overlap",
         lambda: gate_bwd(t(4, 64), *ins(4, 64), out=overlapping_grads(4, 64)),
@@ -284,7 +321,7 @@ BAD_CALLS = [
         "b-out-is-h",
         lambda: (
             x := ins(4, 64),
-            gate_bwd(t(4, 64), *x, out=(x[0], t(4, 64), t(4, 64), t(64), t(64))),
+            gate_bwd(t(4, 64), *x, out=(x[0], t(4, 64), t(4, 64), *wgrads(64))),
         ),
         ValueError,
         r"out\[0\] \(grad_h\) overlaps h",
@@ -400,16 +437,28 @@ def test_backward_launch_arguments(fake, cpu_as_cuda, shape, key, blocks, monkey
     monkeypatch.setattr(torch.Tensor, "new_empty", new_empty)
     x = ins(*shape, dtype=dtype)
     go = t(*shape, dtype=dtype)
-    grads = gate_bwd(go, *x, 1e-5, torch.zeros(shape[:-1]))
-    (partial,) = made
+    saved = stats(*shape)
+    grads = gate_bwd(go, *x, 1e-5, saved)
+    partial = made[-1]  # the scratch, allocated after the weight grads
     assert (partial.shape, partial.dtype) == ((blocks, shape[-1]), F32)
     assert [g.shape for g in grads] == [go.shape] * 3 + [(shape[-1],)] * 2
-    assert all(g.dtype == dtype for g in grads)
+    assert [g.dtype for g in grads] == [dtype] * 3 + [F32] * 2  # weight grads: fp32, as TK
     m, n = go.numel() // shape[-1], shape[-1]
     assert fake.lookups == [("engram_gate_backward", key)]
-    ptrs = tuple(a.data_ptr() for a in (go, *x, *grads, partial))
-    flat = (m, n, m, n, m, n, m, n, 1, n, 1, n, m, n, m, n, m, n, 1, n, 1, n, blocks, n)
-    assert fake.launches == [Launch(1001, 0, STREAM, ptrs, flat, (1e-5, 1e-6))]
+    ptrs = tuple(a.data_ptr() for a in (go, *x, *saved, *grads, partial))
+    flat = (m, n, m, n, m, n, m, n, 1, n, 1, n, m, m, m, m, m, n, m, n, m, n, 1, n, 1, n, blocks, n)
+    assert fake.launches == [Launch(1001, 0, STREAM, ptrs, flat, (1e-6,))]  # clamp only
+
+
+def test_backward_without_saved_runs_the_saving_forward_first(fake, cpu_as_cuda):
+    """saved=None: engram_gate_save computes the statistics (with eps), then the backward
+    reads exactly those tensors."""
+    x = ins(4, 64)
+    gate_bwd(t(4, 64), *x, 1e-5, clamp_value=0.25)
+    assert fake.lookups == [("engram_gate_save", "bf16"), ("engram_gate_backward", "bf16")]
+    fwd_launch, bwd_launch = fake.launches
+    assert fwd_launch.scalars == (1e-5, 0.25) and bwd_launch.scalars == (0.25,)
+    assert bwd_launch.ptrs[6:10] == fwd_launch.ptrs[6:10]  # dot, g, rstd_h, rstd_k
 
 
 @pytest.mark.parametrize(("tokens", "blocks"), [(1000, SMS * 4), (5, 20), (2, 8)])
@@ -428,45 +477,33 @@ def test_backward_per_branch_weights_use_whole_groups_of_blocks(
     monkeypatch.setattr(torch.Tensor, "new_empty", new_empty)
     h, k, v, _, _ = ins(tokens, 4, 1000)
     w_h, w_k = t(4, 1000), t(4, 1000)
-    grads = gate_bwd(t(tokens, 4, 1000), h, k, v, w_h, w_k, clamp_value=0.5)
-    (partial,) = made
+    grads = gate_bwd(t(tokens, 4, 1000), h, k, v, w_h, w_k, saved=stats(tokens, 4, 1000),
+                     clamp_value=0.5)  # fmt: skip
+    partial = made[-1]  # the scratch, allocated after the weight grads
     assert partial.shape == (blocks, 1000) and blocks % 4 == 0
     assert grads[3].shape == grads[4].shape == (4, 1000)
     m = tokens * 4
     assert fake.launches[0].shapes[6:12] == (m, 1000, 4, 1000, 4, 1000)
-    assert fake.launches[0].shapes[18:] == (4, 1000, 4, 1000, blocks, 1000)
-    assert fake.launches[0].scalars == (1e-6, 0.5)
+    assert fake.launches[0].shapes[22:] == (4, 1000, 4, 1000, blocks, 1000)
+    assert fake.launches[0].scalars == (0.5,)
 
 
-def test_backward_shared_value_sums_each_tokens_row_terms(fake, cpu_as_cuda, monkeypatch):
-    """The kernel writes one grad_v term per row of h into an h-shaped scratch; grad_v of a
-    shared v ([T, 1, H]) is their float32 sum over each token's rows, rounded once."""
-    made = []
-    real_empty_like = torch.empty_like
-
-    def empty_like(x, *args, **kwargs):
-        made.append(real_empty_like(x, *args, **kwargs))
-        return made[-1]
-
-    terms = torch.randn(3, 4, 64).to(BF16)  # what the kernel writes, one row per row of h
-    real_launch = fake.launch
-
-    def launch(handle, device, stream, ptrs, shapes, scalars):
-        real_launch(handle, device, stream, ptrs, shapes, scalars)
-        (scratch,) = (x for x in made if x.data_ptr() == ptrs[8])
-        scratch.copy_(terms)
-
-    monkeypatch.setattr(torch, "empty_like", empty_like)
-    monkeypatch.setattr(fake, "launch", launch)
+def test_backward_shared_value_sums_each_tokens_rows_in_float32(fake, cpu_as_cuda):
+    """grad_v of a shared v ([T, 1, H]) is the float32 sum of each token's rows' g * go,
+    rounded once (as TileKernels); the kernel's per-row terms go to an h-shaped scratch."""
     h, k, _, w_h, w_k = ins(3, 4, 64)
-    v, go = t(3, 1, 64), t(3, 4, 64)
-    grads = gate_bwd(go, h, k, v, w_h, w_k)
+    v = t(3, 1, 64)
+    go = torch.randn(3, 4, 64).to(BF16)
+    saved = stats(3, 4, 64)
+    saved[1].copy_(torch.rand(3, 4))
+    grads = gate_bwd(go, h, k, v, w_h, w_k, saved=saved)
     assert grads[2].shape == v.shape and grads[2].dtype == BF16
-    assert torch.equal(grads[2], terms.float().sum(1, keepdim=True).to(BF16))
+    want = (go.double() * saved[1].double()[..., None]).sum(1, keepdim=True).to(BF16)
+    assert torch.equal(grads[2], want)
     assert [g.shape for g in grads[:2]] == [h.shape] * 2
     launch_args = fake.launches[0]
     assert launch_args.ptrs[3] == v.data_ptr()
-    assert launch_args.ptrs[8] not in (g.data_ptr() for g in grads)  # the scratch
+    assert launch_args.ptrs[12] not in (g.data_ptr() for g in grads)  # the scratch
     assert launch_args.shapes[6:8] == (3, 64)  # v's rows
 
 
@@ -477,17 +514,17 @@ def test_backward_shared_value_without_rows_zeroes_grad_v(fake, cpu_as_cuda):
 
 
 def test_backward_out(fake, cpu_as_cuda):
-    out = (t(4, 64), t(4, 64), t(4, 64), t(64), t(64))
-    got = gate_bwd(t(4, 64), *ins(4, 64), out=out)
+    out = (t(4, 64), t(4, 64), t(4, 64), *wgrads(64))
+    got = gate_bwd(t(4, 64), *ins(4, 64), saved=stats(4, 64), out=out)
     assert all(a is b for a, b in zip(got, out, strict=True))
-    assert fake.launches[0].ptrs[6:11] == tuple(o.data_ptr() for o in out)
+    assert fake.launches[0].ptrs[10:15] == tuple(o.data_ptr() for o in out)
 
 
 def test_backward_without_rows_zeroes_weight_gradients(fake, cpu_as_cuda):
-    out = (t(0, 64), t(0, 64), t(0, 64), t(64), t(64))
+    out = (t(0, 64), t(0, 64), t(0, 64), *wgrads(64))
     grads = gate_bwd(t(0, 64), *ins(0, 64), out=out)
-    assert torch.equal(grads[3], torch.zeros(64, dtype=BF16))
-    assert torch.equal(grads[4], torch.zeros(64, dtype=BF16))
+    assert torch.equal(grads[3], torch.zeros(64, dtype=F32))
+    assert torch.equal(grads[4], torch.zeros(64, dtype=F32))
     assert fake.launches == [] and fake.lookups == []
 
 
@@ -511,10 +548,14 @@ def test_autograd_records_forward_and_runs_backward(fake, cpu_as_cuda):
     assert out.requires_grad and not g.requires_grad
     assert [f.handle for f in fake.launches] == [1001]
     out.float().sum().backward()  # an expanded (stride-0) incoming gradient
-    assert fake.lookups == [("engram_gate", "bf16"), ("engram_gate_backward", "bf16")]
-    launch = fake.launches[1]
+    # The recorded forward saves the statistics (TileKernels' EngramGateFn); the backward
+    # reads those very tensors.
+    assert fake.lookups == [("engram_gate_save", "bf16"), ("engram_gate_backward", "bf16")]
+    fwd_launch, launch = fake.launches
+    assert fwd_launch.scalars == (1e-5, 1e-6) and fwd_launch.ptrs[7] == g.data_ptr()
     assert launch.ptrs[1:6] == tuple(x.data_ptr() for x in (h, k, v, w_h, w_k))
-    assert launch.scalars == (1e-5, 1e-6)
+    assert launch.ptrs[6:10] == fwd_launch.ptrs[6:10]
+    assert launch.scalars == (1e-6,)
     assert h.grad.shape == h.shape and w_k.grad.shape == w_k.shape
     assert k.grad is None and v.grad is None and w_h.grad is None
 

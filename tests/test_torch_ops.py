@@ -271,13 +271,18 @@ def test_engram_gate_backward_skips_the_gate_and_unneeded_grads(fake, cpu_as_cud
     out, gate = torch.ops.tileaot.engram_gate(h, k, v, w_h, w_k, 1e-5)
     assert out.requires_grad and not gate.requires_grad
     out.sum().backward()
+    # The backward op computes the forward's statistics (engram_gate_save), then reads them.
     assert [fake.by_handle[r.handle][0] for r in fake.launches] == [
         "engram_gate",
+        "engram_gate_save",
         "engram_gate_backward",
     ]
-    bwd = fake.launches[1]
-    assert bwd.scalars == (1e-5, 1e-6) and h.grad.shape == h.shape and w_k.grad.shape == w_k.shape
-    assert bwd.ptrs[6] == h.grad.data_ptr() and bwd.ptrs[10] == w_k.grad.data_ptr()
+    save, bwd = fake.launches[1:]
+    assert save.scalars == (1e-5, 1e-6) and bwd.scalars == (1e-6,)
+    assert bwd.ptrs[6:10] == save.ptrs[6:10]
+    assert h.grad.shape == h.shape and w_k.grad.shape == w_k.shape
+    assert bwd.ptrs[10] == h.grad.data_ptr()
+    assert w_k.grad.dtype == w_k.dtype  # the op's float32 weight grad, cast by autograd
     assert k.grad is None and w_h.grad is None
 
 
@@ -338,9 +343,12 @@ def test_compile_fullgraph_with_backward(fake, cpu_as_cuda, public):
     h.requires_grad_()
     compiled(logits, h, *rest).backward()
     launched = sorted(fake.by_handle[r.handle][0] for r in fake.launches)
+    # The compiled graph runs the torch op engram_gate ((out, g)); its backward op computes
+    # the statistics first (engram_gate_save), then the gradients.
     assert launched == sorted(
-        ["sinkhorn_normalize", "engram_gate", "sinkhorn_normalize_backward", "engram_gate_backward"]
-    )
+        ["sinkhorn_normalize", "engram_gate", "sinkhorn_normalize_backward", "engram_gate_save",
+         "engram_gate_backward"]
+    )  # fmt: skip
     assert logits.grad.shape == logits.shape and h.grad.shape == h.shape
 
 

@@ -43,6 +43,7 @@ VARIANTS = (
     "moe_expand_bf16_e256",
     "moe_reduce_bf16_bf16_weighted_any",
     "engram_gate_bf16_any",
+    "engram_gate_save_bf16_any",
     "engram_gate_backward_bf16_h2048",
     "engram_hash_i32_any",
     "per_token_cast_fp4_bf16_g16_ue8m0_any",

@@ -56,14 +56,18 @@ def _backward(t: int, g: int, n: int):
     h, k, v, w_h, w_k = _inputs(t, g, n)
     go = torch.randn_like(h)
     grads = (torch.empty_like(h), torch.empty_like(h), torch.empty_like(h),
-             torch.empty_like(w_h), torch.empty_like(w_k))  # fmt: skip
+             torch.empty_like(w_h, dtype=torch.float32),
+             torch.empty_like(w_k, dtype=torch.float32))  # fmt: skip
+    saved = tileaot.engram_gate(h, k, v, w_h, w_k, EPS, save_for_backward=True)[1:]
     leaves = [x.clone().requires_grad_() for x in (h, k, v, w_h, w_k)]
     out = _eager(*leaves)
     rows = t * g
     blocks = min(rows, torch.cuda.get_device_properties(0).multi_processor_count * 3)
-    nbytes = 7 * h.numel() * 2 + 4 * n * 2 + 2 * blocks * n * 4
+    # go, h, k, v read; grad_h, grad_k, grad_v written; 4 saved fp32 per row; weights (bf16)
+    # read and their fp32 grads written; the scratch written and read.
+    nbytes = 7 * h.numel() * 2 + rows * 16 + w_h.numel() * (2 * 2 + 2 * 4) + 2 * blocks * n * 4
     return (
-        (lambda: tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, EPS, out=grads)),
+        (lambda: tileaot.engram_gate_backward(go, h, k, v, w_h, w_k, saved=saved, out=grads)),
         (lambda: torch.autograd.grad(out, leaves, go, retain_graph=True)),
         nbytes,
         None,

@@ -54,16 +54,20 @@ SCALAR_PER_THREAD = 4  # elements per thread per chunk on the unaligned (H % vec
 MAX_ROW_THREADS = 256
 
 
-def factory(arch: str, dtype: str, H: int | None = None):
+def factory(arch: str, dtype: str, H: int | None = None, save: bool = False):
     """TileLang prim_func ``(h, k [M, H], v [MV, H], w_h, w_k [GW, H], out [M, H], g [M]
     fp32, eps, clamp)``; v is h's rows (MV = M) or shared by runs of M / MV rows (see
     ``value_row``); row r uses weight row ``r % GW``.
+
+    With `save` (op engram_gate_save, TileKernels' ``save_for_backward=True``) the outputs
+    are ``out, dot, g, rstd_h, rstd_k`` (each [M] fp32 after out, TileKernels' order): the
+    raw dot and both reciprocal RMS, written from the same row sums the gate comes from.
 
     The same code serves every CUDA arch, so ``arch`` only takes part in the interface.
     """
     if dtype not in DTYPES:
         raise ValueError(f"engram_gate: unsupported dtype {dtype!r}")
-    return _generic(dtype) if H is None else _static(dtype, H)
+    return _generic(dtype, save) if H is None else _static(dtype, H, save)
 
 
 def row_threads(n: int, vec: int) -> int:
@@ -129,7 +133,7 @@ def chunk_layout(T, chunk: int, threads: int, step: int):
     )
 
 
-def _static(dtype: str, n: int):
+def _static(dtype: str, n: int, save: bool = False):
     import tilelang.language as T
 
     vec = 16 // ITEMSIZE[dtype]
@@ -143,18 +147,8 @@ def _static(dtype: str, n: int):
     MV = T.dynamic("MV")
     GW = T.dynamic("GW")
 
-    @T.prim_func
-    def engram_gate(
-        h: T.Tensor((M, n), dtype),
-        k: T.Tensor((M, n), dtype),
-        v: T.Tensor((MV, n), dtype),
-        w_h: T.Tensor((GW, n), dtype),
-        w_k: T.Tensor((GW, n), dtype),
-        out: T.Tensor((M, n), dtype),
-        g: T.Tensor((M,), "float32"),
-        eps: T.float32,
-        clamp: T.float32,
-    ):
+    @T.macro
+    def gate_rows(h, k, v, w_h, w_k, out, dot, g, rstd_h, rstd_k, eps, clamp):
         with T.Kernel(M, threads=threads) as row:
             # 512 threads per SM at least (4 rows of 128 threads: 128 registers, no spills).
             T.annotate_min_blocks_per_sm(512 // threads)
@@ -202,6 +196,10 @@ def _static(dtype: str, n: int):
                 clamp,
             )
             g[row] = gr[0]
+            if save:  # a Python flag: the default variant's code stays as it was
+                dot[row] = sum_d[0]
+                rstd_h[row] = T.rsqrt(sum_h[0] / n_f + eps)
+                rstd_k[row] = T.rsqrt(sum_k[0] / n_f + eps)
             # out in place of h in registers (__fmul_rn: no FMA, g * v rounded first; the call
             # would keep a loop touching global memory from vectorising), then 16-byte stores.
             for c, j in T.Parallel(C, L):
@@ -212,10 +210,52 @@ def _static(dtype: str, n: int):
             for c, j in T.Parallel(C, L, coalesced_width=width):
                 out[row, c * L + j] = hr[c, j]
 
-    return engram_gate
+    return _entry(T, gate_rows, dtype, M, MV, GW, n, save)
 
 
-def _generic(dtype: str):
+def _entry(T, gate_rows, dtype: str, M, MV, GW, n, save: bool):
+    """The prim_func around the kernel macro `gate_rows`: ``(..., out, g, eps, clamp)``, or
+    with `save` ``(..., out, dot, g, rstd_h, rstd_k, eps, clamp)`` (TileKernels' order of its
+    forward's returns). The default one passes `g` for the unused statistics: never written."""
+    if not save:
+
+        @T.prim_func
+        def engram_gate(
+            h: T.Tensor((M, n), dtype),
+            k: T.Tensor((M, n), dtype),
+            v: T.Tensor((MV, n), dtype),
+            w_h: T.Tensor((GW, n), dtype),
+            w_k: T.Tensor((GW, n), dtype),
+            out: T.Tensor((M, n), dtype),
+            g: T.Tensor((M,), "float32"),
+            eps: T.float32,
+            clamp: T.float32,
+        ):
+            gate_rows(h, k, v, w_h, w_k, out, g, g, g, g, eps, clamp)
+
+        return engram_gate
+
+    @T.prim_func
+    def engram_gate_save(
+        h: T.Tensor((M, n), dtype),
+        k: T.Tensor((M, n), dtype),
+        v: T.Tensor((MV, n), dtype),
+        w_h: T.Tensor((GW, n), dtype),
+        w_k: T.Tensor((GW, n), dtype),
+        out: T.Tensor((M, n), dtype),
+        dot: T.Tensor((M,), "float32"),
+        g: T.Tensor((M,), "float32"),
+        rstd_h: T.Tensor((M,), "float32"),
+        rstd_k: T.Tensor((M,), "float32"),
+        eps: T.float32,
+        clamp: T.float32,
+    ):
+        gate_rows(h, k, v, w_h, w_k, out, dot, g, rstd_h, rstd_k, eps, clamp)
+
+    return engram_gate_save
+
+
+def _generic(dtype: str, save: bool = False):
     import tilelang.language as T
 
     vec = 16 // ITEMSIZE[dtype]
@@ -223,35 +263,26 @@ def _generic(dtype: str):
     MV = T.dynamic("MV")
     GW = T.dynamic("GW")
     H = T.dynamic("H")
-    vec_rows = _row_pass(T, H, GW, GENERIC_THREADS * vec * GENERIC_UNROLL, T.int32(vec))
-    scalar_rows = _row_pass(T, H, GW, GENERIC_THREADS * SCALAR_PER_THREAD, None)
+    vec_rows = _row_pass(T, H, GW, GENERIC_THREADS * vec * GENERIC_UNROLL, T.int32(vec), save)
+    scalar_rows = _row_pass(T, H, GW, GENERIC_THREADS * SCALAR_PER_THREAD, None, save)
 
-    @T.prim_func
-    def engram_gate(
-        h: T.Tensor((M, H), dtype),
-        k: T.Tensor((M, H), dtype),
-        v: T.Tensor((MV, H), dtype),
-        w_h: T.Tensor((GW, H), dtype),
-        w_k: T.Tensor((GW, H), dtype),
-        out: T.Tensor((M, H), dtype),
-        g: T.Tensor((M,), "float32"),
-        eps: T.float32,
-        clamp: T.float32,
-    ):
+    @T.macro
+    def gate_rows(h, k, v, w_h, w_k, out, dot, g, rstd_h, rstd_k, eps, clamp):
         with T.Kernel(M, threads=GENERIC_THREADS) as row:
             vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
             T.assume((0 <= vrow) & (vrow < MV))
+            stats = (dot, g, rstd_h, rstd_k)
             if H % vec == 0:
                 # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
                 T.assume(H % vec == 0)
-                vec_rows(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow)
+                vec_rows(h, k, v, w_h, w_k, out, *stats, eps, clamp, row, vrow)
             else:
-                scalar_rows(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow)
+                scalar_rows(h, k, v, w_h, w_k, out, *stats, eps, clamp, row, vrow)
 
-    return engram_gate
+    return _entry(T, gate_rows, dtype, M, MV, GW, H, save)
 
 
-def _row_pass(T, H, GW, chunk: int, width):
+def _row_pass(T, H, GW, chunk: int, width, save: bool = False):
     """Macro gating one row of dynamic length H, ``chunk`` elements per step.
 
     ``width`` (an IntImm or None) is the loops' coalesced_width; it is bound here rather than
@@ -263,7 +294,7 @@ def _row_pass(T, H, GW, chunk: int, width):
     layout = chunk_layout(T, chunk, GENERIC_THREADS, 1 if width is None else int(width))
 
     @T.macro
-    def gate_row(h, k, v, w_h, w_k, out, g, eps, clamp, row, vrow):
+    def gate_row(h, k, v, w_h, w_k, out, dot, g, rstd_h, rstd_k, eps, clamp, row, vrow):
         wrow = T.alloc_var("int32", init=weight_row(T, row, GW))
         T.assume((0 <= wrow) & (wrow < GW))
         staged = ()  # the aligned path's 16-byte staging buffers (of h and k, then h and v)
@@ -310,6 +341,10 @@ def _row_pass(T, H, GW, chunk: int, width):
             clamp,
         )
         g[row] = gr[0]
+        if save:  # a Python flag (see _static)
+            dot[row] = sum_d[0]
+            rstd_h[row] = T.rsqrt(sum_h[0] / n + eps)
+            rstd_k[row] = T.rsqrt(sum_k[0] / n + eps)
         # Pass 2: re-read h (L1/L2 hit), read v, store; staged in registers so that the loads
         # and stores stay vectorised around __fmul_rn (g * v rounded first: no FMA).
         for c in T.serial(T.ceildiv(H, chunk)):

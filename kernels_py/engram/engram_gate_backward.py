@@ -1,9 +1,14 @@
 """Engram gate, backward: the gradients of ``out = h + g * v`` (see engram_gate.py).
 
-TileKernels' semantics (autograd of `tile_kernels.torch.engram.engram_gate_ref`: per-branch
-weights, ``clamp_value``). Per row, with ``rh = rsqrt(mean(h^2) + eps)``, ``rk`` likewise,
-``s`` the scaled dot, ``g`` the gate, ``w_* = w_*[row % GW]`` its weight row and ``go`` the
-incoming gradient (derivation in ``reference``)::
+TileKernels' semantics (`tile-kernels` 1.0.0: ``tile_kernels.engram.engram_gate_bwd`` and
+``grad_w_reduce`` as ``tile_kernels.modeling.engram.EngramGateFn`` runs them, i.e. autograd of
+``tile_kernels.torch.engram.engram_gate_ref``: per-branch weights, ``clamp_value``). Like
+TileKernels' backward it reads the statistics its forward saved (engram_gate_save.py: the raw
+``dot``, the gate ``g``, ``rh = rsqrt(mean(h^2) + eps)``, ``rk`` likewise; fp32 [M] each)
+instead of recomputing them: a recomputation sums in another order, and near the clamp the
+slope of sqrt(|s|) magnified that difference past TileKernels' test bound. Per row, with
+``s = dot * rh * rk / sqrt(H)``, ``w_* = w_*[row % GW]`` its weight row and ``go`` the incoming
+gradient (the closed forms ``reference`` evaluates)::
 
     dg     = <go, v>
     ds     = 0 if |s| < clamp, else dg * g * (1 - g) * 0.5 / sqrt(max(|s|, S_FLOOR))
@@ -17,7 +22,8 @@ incoming gradient (derivation in ``reference``)::
 
 v may be shared by runs of rows (``[MV, H]``, see engram_gate.py ``value_row``): ``dg`` reads
 the row's v row, and ``grad_v`` stays per row of h (``[M, H]``, each row's ``g * go``); the
-Python layer sums each run into the shared row's gradient.
+Python layer then forms the shared row's gradient from the saved gate in float32 (rounded once,
+as TileKernels), not from these rounded terms.
 
 Below ``clamp`` the gate is constant (``sqrt(clamp)`` with the sign of s), so ``ds = 0``, as in
 TileKernels. With ``clamp < S_FLOOR`` (1e-6), where signed_sqrt's slope is unbounded near
@@ -32,14 +38,15 @@ kernels in one launch sequence:
    the caller: a few blocks per SM, a multiple of ``GW``) each own the rows of one weight row
    ``wb = b % GW``: rows ``b, b + B, b + 2B, ...`` (all ``wb`` modulo GW, as B is a multiple
    of GW: the tokens ``b // GW + i * (B / GW)``' rows of branch wb). Per row they read
-   go, h, k, v once, write grad_h, grad_k, grad_v, and add ``alpha * h * k`` into the block's
-   running sum ``P_b``. Static H keeps go, h and k in registers (one HBM read per element; v
-   is only needed for ``<go, v>`` and is streamed), ``w_h * w_k`` (fp32, loaded once per
-   block) and ``P_b`` in shared memory. Generic H makes two passes over each row (the second
-   hits L1/L2) and keeps ``P_b`` in its ``partial`` row (L2-resident read-modify-write).
-   Each block finally owns ``partial[b, :]``.
+   go, h, k, v and the row's statistics once, write grad_h, grad_k, grad_v, and add
+   ``alpha * h * k`` into the block's running sum ``P_b``. Static H keeps go, h and k in
+   registers (one HBM read per element; v is only needed for ``<go, v>`` and is streamed),
+   ``w_h * w_k`` (fp32, loaded once per block) and ``P_b`` in shared memory. Generic H makes
+   two passes over each row (the second hits L1/L2) and keeps ``P_b`` in its ``partial`` row
+   (L2-resident read-modify-write). Each block finally owns ``partial[b, :]``.
 2. A small kernel sums ``partial`` over the blocks ``b`` of each weight row per column, in a
-   fixed order, and writes ``grad_w_h``, ``grad_w_k`` ``[GW, H]`` in the weights' dtype.
+   fixed order, and writes ``grad_w_h``, ``grad_w_k`` ``[GW, H]`` in float32 (TileKernels'
+   ``grad_w_reduce`` accumulates into float32 gradients whatever the weights' dtype).
 
 Loops touching global memory carry ``coalesced_width`` = one 16-byte vector (sm_100a, see
 engram_gate.py). Base pointers must be 16-byte aligned. Access widths (bf16): go, h, k and
@@ -57,7 +64,6 @@ from .engram_gate import (
     ITEMSIZE,
     STATIC_H,
     chunk_layout,
-    gate_of,
     row_threads,
     value_row,
     weight_row,
@@ -92,9 +98,10 @@ def blocks_per_sm(dtype: str, H: int | None) -> int:
 
 
 def factory(arch: str, dtype: str, H: int | None = None):
-    """TileLang prim_func ``(grad_out, h, k [M, H], v [MV, H], w_h, w_k [GW, H], grad_h, grad_k,
-    grad_v [M, H], grad_w_h, grad_w_k [GW, H], partial [B, H] fp32, eps, clamp)``; two
-    kernels, run in order; B is a multiple of GW. ``grad_v`` is per row of h (summed per
+    """TileLang prim_func ``(grad_out, h, k [M, H], v [MV, H], w_h, w_k [GW, H], dot, g,
+    rstd_h, rstd_k [M] fp32 (the forward's saved statistics), grad_h, grad_k, grad_v [M, H],
+    grad_w_h, grad_w_k [GW, H] fp32, partial [B, H] fp32, clamp)``; two kernels, run in
+    order; B is a multiple of GW. ``grad_v`` is per row of h (summed per
     shared v row by the caller).
 
     The same code serves every CUDA arch, so ``arch`` only takes part in the interface.
@@ -125,7 +132,6 @@ def _static(dtype: str, n: int):
     L = threads * vec
     C = n // L
     width = T.int32(vec)
-    n_f = T.float32(n)
     inv_sqrt_n = 1.0 / math.sqrt(n)
     min_blocks = BLOCKS_PER_SM[(dtype, n)]
     M = T.dynamic("M")
@@ -145,13 +151,16 @@ def _static(dtype: str, n: int):
         v: T.Tensor((MV, n), dtype),
         w_h: T.Tensor((GW, n), dtype),
         w_k: T.Tensor((GW, n), dtype),
+        dot: T.Tensor((M,), "float32"),
+        gate: T.Tensor((M,), "float32"),
+        rstd_h: T.Tensor((M,), "float32"),
+        rstd_k: T.Tensor((M,), "float32"),
         grad_h: T.Tensor((M, n), dtype),
         grad_k: T.Tensor((M, n), dtype),
         grad_v: T.Tensor((M, n), dtype),
-        grad_w_h: T.Tensor((GW, n), dtype),
-        grad_w_k: T.Tensor((GW, n), dtype),
+        grad_w_h: T.Tensor((GW, n), "float32"),
+        grad_w_k: T.Tensor((GW, n), "float32"),
         partial: T.Tensor((B, n), "float32"),
-        eps: T.float32,
         clamp: T.float32,
     ):
         with T.Kernel(B, threads=threads) as b:
@@ -159,13 +168,7 @@ def _static(dtype: str, n: int):
             gr = T.alloc_fragment((C, L), dtype)
             hr = T.alloc_fragment((C, L), dtype)
             kr = T.alloc_fragment((C, L), dtype)
-            acc_h = T.alloc_fragment((L,), "float32")
-            acc_k = T.alloc_fragment((L,), "float32")
-            acc_d = T.alloc_fragment((L,), "float32")
             acc_g = T.alloc_fragment((L,), "float32")
-            sum_h = T.alloc_fragment((1,), "float32")
-            sum_k = T.alloc_fragment((1,), "float32")
-            sum_d = T.alloc_fragment((1,), "float32")
             sum_g = T.alloc_fragment((1,), "float32")
             rh = T.alloc_fragment((1,), "float32")
             rk = T.alloc_fragment((1,), "float32")
@@ -190,15 +193,7 @@ def _static(dtype: str, n: int):
                     gr[c, j] = grad_out[row, c * L + j]
                     hr[c, j] = h[row, c * L + j]
                     kr[c, j] = k[row, c * L + j]
-                T.clear(acc_h)
-                T.clear(acc_k)
-                T.clear(acc_d)
                 T.clear(acc_g)
-                for c in T.unroll(C):
-                    for j in T.Parallel(L, coalesced_width=width):
-                        acc_h[j] += f32(hr[c, j]) * f32(hr[c, j])
-                        acc_k[j] += f32(kr[c, j]) * f32(kr[c, j])
-                        acc_d[j] += f32(hr[c, j]) * wws[c, j] * f32(kr[c, j])
                 # dg = <go, v>: its own loop, v's row by case. Indexing v by h's row when v has
                 # h's shape lets v share the other tensors' row offset: with one v address of
                 # its own (vrow) the H=7168 bf16 variant spilled 4x more and ran 29 % slower.
@@ -211,14 +206,13 @@ def _static(dtype: str, n: int):
                     for c in T.unroll(C):
                         for j in T.Parallel(L, coalesced_width=width):
                             acc_g[j] += f32(gr[c, j]) * f32(v[vrow, c * L + j])
-                T.reduce_sum(acc_h, sum_h, dim=0)
-                T.reduce_sum(acc_k, sum_k, dim=0)
-                T.reduce_sum(acc_d, sum_d, dim=0)
                 T.reduce_sum(acc_g, sum_g, dim=0)
-                rh[0] = T.rsqrt(sum_h[0] / n_f + eps)
-                rk[0] = T.rsqrt(sum_k[0] / n_f + eps)
-                s[0] = sum_d[0] * rh[0] * rk[0] * inv_sqrt_n
-                g[0] = gate_of(T, s[0], clamp)
+                # The forward's statistics as it saved them (TileKernels' backward forms the
+                # scaled dot from the raw one the same way).
+                rh[0] = rstd_h[row]
+                rk[0] = rstd_k[row]
+                g[0] = gate[row]
+                s[0] = dot[row] * rh[0] * rk[0] * inv_sqrt_n
                 cs[0] = slope(T, sum_g[0], g[0], s[0], clamp) * inv_sqrt_n  # c = dL/ds / sqrt(H)
                 # alpha = c rh rk; beta_h = c rh^2 s / sqrt(H); beta_k = c rk^2 s / sqrt(H)
                 coef[0] = cs[0] * rh[0] * rk[0]
@@ -306,27 +300,28 @@ def _generic(dtype: str):
         v: T.Tensor((MV, H), dtype),
         w_h: T.Tensor((GW, H), dtype),
         w_k: T.Tensor((GW, H), dtype),
+        dot: T.Tensor((M,), "float32"),
+        gate: T.Tensor((M,), "float32"),
+        rstd_h: T.Tensor((M,), "float32"),
+        rstd_k: T.Tensor((M,), "float32"),
         grad_h: T.Tensor((M, H), dtype),
         grad_k: T.Tensor((M, H), dtype),
         grad_v: T.Tensor((M, H), dtype),
-        grad_w_h: T.Tensor((GW, H), dtype),
-        grad_w_k: T.Tensor((GW, H), dtype),
+        grad_w_h: T.Tensor((GW, H), "float32"),
+        grad_w_k: T.Tensor((GW, H), "float32"),
         partial: T.Tensor((B, H), "float32"),
-        eps: T.float32,
         clamp: T.float32,
     ):
         with T.Kernel(B, threads=GENERIC_THREADS) as b:
             T.annotate_min_blocks_per_sm(GENERIC_BLOCKS_PER_SM)
+            saved = (dot, gate, rstd_h, rstd_k)
+            grads = (grad_h, grad_k, grad_v)
             if H % vec == 0:
                 # Rows start 16-byte aligned: tell the vectoriser so it emits 16-byte accesses.
                 T.assume(H % vec == 0)
-                vec_rows(
-                    grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, clamp, b
-                )
+                vec_rows(grad_out, h, k, v, w_h, w_k, *saved, *grads, partial, clamp, b)
             else:
-                scalar_rows(
-                    grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, clamp, b
-                )
+                scalar_rows(grad_out, h, k, v, w_h, w_k, *saved, *grads, partial, clamp, b)
 
         reduce_partials(partial, w_h, w_k, grad_w_h, grad_w_k)
 
@@ -356,17 +351,28 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
         return T.cast(x, "float32")
 
     @T.macro
-    def rows(grad_out, h, k, v, w_h, w_k, grad_h, grad_k, grad_v, partial, eps, clamp, b):
-        staged = ()  # the aligned path's 16-byte staging buffers of go, h, k, v
+    def rows(
+        grad_out,
+        h,
+        k,
+        v,
+        w_h,
+        w_k,
+        dot,
+        gate,
+        rstd_h,
+        rstd_k,
+        grad_h,
+        grad_k,
+        grad_v,
+        partial,
+        clamp,
+        b,
+    ):
+        staged = ()  # the aligned path's 16-byte staging buffers of go and v
         if width is not None:
-            staged = gb, hb, kb, vb = (T.alloc_fragment((chunk,), h.dtype) for _ in range(4))
-        acc_h = T.alloc_fragment((chunk,), "float32")
-        acc_k = T.alloc_fragment((chunk,), "float32")
-        acc_d = T.alloc_fragment((chunk,), "float32")
+            staged = gb, vb = (T.alloc_fragment((chunk,), h.dtype) for _ in range(2))
         acc_g = T.alloc_fragment((chunk,), "float32")
-        sum_h = T.alloc_fragment((1,), "float32")
-        sum_k = T.alloc_fragment((1,), "float32")
-        sum_d = T.alloc_fragment((1,), "float32")
         sum_g = T.alloc_fragment((1,), "float32")
         rh = T.alloc_fragment((1,), "float32")
         rk = T.alloc_fragment((1,), "float32")
@@ -376,7 +382,7 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
         coef = T.alloc_fragment((1,), "float32")
         coef_h = T.alloc_fragment((1,), "float32")
         coef_k = T.alloc_fragment((1,), "float32")
-        T.annotate_layout({x: layout for x in (*staged, acc_h, acc_k, acc_d, acc_g)})
+        T.annotate_layout({x: layout for x in (*staged, acc_g)})
         n = T.cast(H, "float32")
         wrow = T.alloc_var("int32", init=weight_row(T, b, GW))
         T.assume((0 <= wrow) & (wrow < GW))
@@ -388,18 +394,13 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
             row = b + i * B
             vrow = T.alloc_var("int32", init=value_row(T, row, M, MV))
             T.assume((0 <= vrow) & (vrow < MV))
-            # Pass 1: the four row sums. Chunks are loaded into fragments of the input dtype
-            # first, so that the loads are 16 bytes wide.
-            T.clear(acc_h)
-            T.clear(acc_k)
-            T.clear(acc_d)
+            # Pass 1: dg = <go, v> (the forward saved the rest). Chunks are loaded into
+            # fragments of the input dtype first, so that the loads are 16 bytes wide.
             T.clear(acc_g)
             for c in T.serial(T.ceildiv(H, chunk)):
                 if width is not None:
                     for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
                         gb[j] = T.if_then_else(c * chunk + j < H, grad_out[row, c * chunk + j], 0)
-                        hb[j] = T.if_then_else(c * chunk + j < H, h[row, c * chunk + j], 0)
-                        kb[j] = T.if_then_else(c * chunk + j < H, k[row, c * chunk + j], 0)
                         vb[j] = T.if_then_else(c * chunk + j < H, v[vrow, c * chunk + j], 0)
                 for j in T.Parallel(chunk, coalesced_width=width, loop_layout=layout):
                     if c * chunk + j < H:
@@ -407,21 +408,13 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
                         # The unaligned path reads global memory here (no staging: see
                         # engram_gate._row_pass).
                         gf = f32(gb[j] if width is not None else grad_out[row, col])
-                        hf = f32(hb[j] if width is not None else h[row, col])
-                        kf = f32(kb[j] if width is not None else k[row, col])
                         vf = f32(vb[j] if width is not None else v[vrow, col])
-                        acc_h[j] += hf * hf
-                        acc_k[j] += kf * kf
-                        acc_d[j] += hf * (f32(w_h[wrow, col]) * f32(w_k[wrow, col])) * kf
                         acc_g[j] += gf * vf
-            T.reduce_sum(acc_h, sum_h, dim=0)
-            T.reduce_sum(acc_k, sum_k, dim=0)
-            T.reduce_sum(acc_d, sum_d, dim=0)
             T.reduce_sum(acc_g, sum_g, dim=0)
-            rh[0] = T.rsqrt(sum_h[0] / n + eps)
-            rk[0] = T.rsqrt(sum_k[0] / n + eps)
-            s[0] = sum_d[0] * rh[0] * rk[0] * T.rsqrt(n)
-            g[0] = gate_of(T, s[0], clamp)
+            rh[0] = rstd_h[row]  # the forward's statistics, as in the static kernel
+            rk[0] = rstd_k[row]
+            g[0] = gate[row]
+            s[0] = dot[row] * rh[0] * rk[0] * T.rsqrt(n)
             cs[0] = slope(T, sum_g[0], g[0], s[0], clamp) * T.rsqrt(n)
             coef[0] = cs[0] * rh[0] * rk[0]
             coef_h[0] = cs[0] * rh[0] * rh[0] * s[0] * T.rsqrt(n)
@@ -449,67 +442,47 @@ def _row_loop(T, M, MV, GW, H, B, chunk: int, width):
     return rows
 
 
-def reference(grad_out, h, k, v, w_h, w_k, eps: float = 1e-6, clamp_value: float = 1e-6):
-    """``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)``: autograd of TileKernels' reference.
+def reference(grad_out, h, k, v, w_h, w_k, saved, clamp_value: float = 1e-6):
+    """``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)`` from the forward's saved statistics.
 
-    The graph of ``tile_kernels.torch.engram.engram_gate_ref`` rebuilt op for op (fp32 math,
-    fp64 for fp64 inputs), so that autograd accumulates every gradient in TileKernels' order;
-    only signed_sqrt's derivative is ours (``signed_sqrt_fn``: identical for ``clamp_value >=
-    1e-6``, floored below). Rows are the last dim, every leading dim is a row dim;
-    ``w_h``/``w_k`` are ``(H,)`` or ``h.shape[-2:]`` and their gradients have their shapes and
-    dtype; the other gradients have h's dtype (rounded once). The closed forms of the module
-    docstring are what this computes (tests/test_kernels_cpu_engram_gate.py checks them
-    against an independent float64 autograd).
+    `saved` is ``(dot, g, rstd_h, rstd_k)`` as engram_gate_save (TileKernels' forward with
+    ``save_for_backward=True``, or its reference ``engram_gate_ref(..., save_for_backward=True)
+    [1:]``) returns them, each of shape ``h.shape[:-1]``. What TileKernels' backward
+    (``tile_kernels.engram.engram_gate_bwd`` + ``grad_w_reduce``) computes from them: the
+    closed forms of the module docstring, in float32 (float64 for float64 inputs); the slope
+    floored below S_FLOOR as the kernels do. Rows are the last dim, every leading dim is a row
+    dim; ``w_h``/``w_k`` are ``(H,)`` or ``h.shape[-2:]``; v is h's shape or ``[..., 1, H]``
+    (its gradient summed over each token's rows). grad_h, grad_k, grad_v have h's dtype; the
+    weight gradients stay in the math dtype (float32 for bf16, as TileKernels returns them).
+    tests/test_kernels_cpu_engram_gate.py checks them against float64 autograd of TileKernels'
+    reference.
     """
     import torch
 
     ct = torch.float64 if h.dtype == torch.float64 else torch.float32
-    with torch.enable_grad():
-        leaves = [t.detach().to(ct).requires_grad_(True) for t in (h, k, v, w_h, w_k)]
-        x, kf, vf, wh, wk = leaves
-        rh = torch.rsqrt(x.pow(2).mean(-1) + eps)
-        rk = torch.rsqrt(kf.pow(2).mean(-1) + eps)
-        dot = torch.einsum("...d,...d->...", x * wh, kf * wk)
-        s = dot * rh * rk * h.shape[-1] ** -0.5
-        g = signed_sqrt_fn().apply(s, clamp_value).sigmoid()
-        out = x + g.unsqueeze(-1) * vf
-        grads = torch.autograd.grad(out, leaves, grad_out.to(ct))
-    return tuple(gr.to(t.dtype) for gr, t in zip(grads, (h, k, v, w_h, w_k), strict=True))
-
-
-_SIGNED_SQRT = None
-
-
-def signed_sqrt_fn():
-    """``sign(s) * sqrt(max(|s|, clamp))`` as a torch.autograd.Function (built on first use).
-
-    Its backward is torch's for TileKernels' expression (``clamp_min``'s mask ``|s| >= clamp``,
-    ``sqrt``'s ``grad / (2 * result)``, the signs) with the result floored at
-    ``sqrt(S_FLOOR)``: the same numbers for ``clamp >= S_FLOOR``, finite ones below; and at
-    ``s = 0`` with ``clamp = 0`` (where torch's is NaN) the floored slope ``grad / (2 *
-    sqrt(S_FLOOR))``, as the kernel computes.
-    """
-    global _SIGNED_SQRT
-    if _SIGNED_SQRT is None:
-        import torch
-
-        class SignedSqrt(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, s, clamp):
-                ctx.save_for_backward(s)
-                ctx.clamp = clamp
-                return s.abs().clamp_min(clamp).sqrt() * s.sign()
-
-            @staticmethod
-            def backward(ctx, grad):
-                (s,) = ctx.saved_tensors
-                sign = torch.where(s == 0, 1.0, s.sign())  # s = 0 only passes for clamp = 0
-                root = s.abs().clamp_min(max(ctx.clamp, S_FLOOR)).sqrt()
-                mask = s.abs() >= ctx.clamp
-                return (grad * sign) / (2 * root) * mask * sign, None
-
-        _SIGNED_SQRT = SignedSqrt
-    return _SIGNED_SQRT
+    dot, g, rh, rk = (t.to(ct) for t in saved)
+    go, x, kf, vf = (t.to(ct) for t in (grad_out, h, k, v))
+    ww = w_h.to(ct) * w_k.to(ct)
+    inv = h.shape[-1] ** -0.5
+    s = dot * rh * rk * inv
+    dg = (go * vf).sum(-1)
+    root = s.abs().clamp_min(S_FLOOR).sqrt()
+    c = torch.where(s.abs() < clamp_value, 0.0, dg * g * (1 - g) * 0.5 / root) * inv
+    alpha, beta_h, beta_k = (c * rh * rk, c * rh * rh * s * inv, c * rk * rk * s * inv)
+    grad_h = go + alpha[..., None] * kf * ww - beta_h[..., None] * x
+    grad_k = alpha[..., None] * x * ww - beta_k[..., None] * kf
+    grad_v = g[..., None] * go
+    if v.shape != h.shape:  # a shared v: its rows' terms summed, then rounded once
+        grad_v = grad_v.sum(-2, keepdim=True)
+    p = alpha[..., None] * x * kf
+    p = p.reshape(-1, h.shape[-1]).sum(0) if w_h.dim() == 1 else p.reshape(-1, *w_h.shape).sum(0)
+    return (
+        grad_h.to(h.dtype),
+        grad_k.to(h.dtype),
+        grad_v.to(h.dtype),
+        p * w_k.to(ct),
+        p * w_h.to(ct),
+    )
 
 
 SPEC = KernelSpec(
@@ -518,7 +491,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"H": n} for n in STATIC_H)),
     reference=reference,
-    doc="(grad_h, grad_k, grad_v, grad_w_h, grad_w_k) of engram_gate (TileKernels' semantics: "
-    "weights [GW, H], clamp); scratch partial[B, H] fp32 (B blocks, a multiple of GW; "
+    doc="(grad_h, grad_k, grad_v, grad_w_h, grad_w_k fp32) of engram_gate from the forward's "
+    "saved (dot, g, rstd_h, rstd_k) (TileKernels' semantics: weights [GW, H], clamp); "
+    "scratch partial[B, H] fp32 (B blocks, a multiple of GW; "
     "deterministic two-kernel weight-gradient reduction).",
 )

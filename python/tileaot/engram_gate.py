@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
 from ._engram_args import _INF, _INPUTS, check_shapes
+from ._engram_gate_save import SCHEMA as _SAVE
 from ._schema import OpSchema
 
 if TYPE_CHECKING:
@@ -38,8 +39,9 @@ def engram_gate(
     clamp_value: float = 1e-6,
     *,
     return_gate: bool = False,
-    out: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    save_for_backward: bool = False,
+    out: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """DeepSeek Engram's gated residual: ``out = h + g * v`` with one scalar gate per row.
 
     TileKernels' engram gate (``tile_kernels.modeling.engram.engram_gate``, reference
@@ -57,8 +59,11 @@ def engram_gate(
     sqrt(H)``; ``g * v`` rounded before the add, as its reference does), so that bf16 outputs
     stay within TileKernels' test bound (``calc_diff < 2e-10``) of its reference.
 
-    Differentiable: when autograd is on and an input requires grad, the call is recorded and
-    its backward runs :func:`tileaot.engram_gate_backward` (first-order gradients only).
+    Differentiable: when autograd is on and an input requires grad, the call is recorded (the
+    forward saving the statistics, as TileKernels' ``EngramGateFn``) and its backward runs
+    :func:`tileaot.engram_gate_backward` on them (first-order gradients only; the weight
+    gradients are float32, as TileKernels returns them, and autograd casts them to the
+    weights' dtype).
 
     Args:
         h: CUDA tensor ``(..., H)`` (e.g. ``[T, H]``, or ``[T, G, H]`` with G hyper-connection
@@ -80,15 +85,25 @@ def engram_gate(
             gradient 0. A finite float >= 0.
         return_gate: also return the gate ``g`` (float32, shape ``h.shape[:-1]``). It is not
             differentiable (no gradient flows back through it).
+        save_for_backward: return TileKernels' saved statistics too, as its forward with
+            ``save_for_backward=True`` (and ``engram_gate_ref(..., save_for_backward=True)``)
+            does: ``(out, dot, g, rstd_h, rstd_k)``, each statistic float32 of shape
+            ``h.shape[:-1]``: the raw ``dot = sum(h * w_h * k * w_k)``, the gate, and
+            ``rstd_h = 1 / sqrt(mean(h**2) + eps)``, ``rstd_k`` likewise (what
+            :func:`tileaot.engram_gate_backward` takes as ``saved``). Overrides
+            `return_gate`; the statistics are not differentiable. A kernel of its own (op
+            ``engram_gate_save``): the default call writes none of them.
         out: optional tensor to write `out` into instead of allocating: same shape, dtype and
             device as `h`, contiguous, aligned, not overlapping an input. With
             ``return_gate=True`` it may also be an ``(out, g)`` pair, `g` float32 of shape
             ``h.shape[:-1]`` (e.g. preallocated for CUDA graphs). Not allowed when the call is
-            recorded by autograd.
+            recorded by autograd. With ``save_for_backward=True`` it is the 5-tuple
+            ``(out, dot, g, rstd_h, rstd_k)``.
 
     Returns:
         `out`, shaped and typed like `h` (the given tensor if `out` is given); with
-        ``return_gate=True`` the pair ``(out, g)``. If `h` has no rows nothing is launched.
+        ``return_gate=True`` the pair ``(out, g)``; with ``save_for_backward=True`` the
+        5-tuple above. If `h` has no rows nothing is launched.
 
     Raises:
         TypeError: an input or `out` is not a tensor (or, with ``return_gate=True``, an
@@ -134,6 +149,7 @@ def engram_gate(
         and h.dim() == 2 == k.dim()
         and v.shape == h.shape  # `_C.call` can't tell a shared v ([MV, H] in the kernel) from it
         and w_h.dim() == 1 == w_k.dim()
+        and not save_for_backward
         and not _needs_autograd(h, k, v, w_h, w_k)  # recorded calls: the checked path
     ):
         pair = _fast(h, k, v, w_h, w_k, eps, clamp_value, out, return_gate)
@@ -151,7 +167,12 @@ def engram_gate(
                 "cannot record a call that writes into a given tensor); drop out= or call it "
                 "under torch.no_grad()"
             )
-        result, gate = _autograd_function().apply(h, k, v, w_h, w_k, eps, clamp_value)
+        result, *stats = _autograd_function().apply(h, k, v, w_h, w_k, eps, clamp_value)
+        if save_for_backward:
+            return (result, *stats)
+        gate = stats[1]
+    elif save_for_backward:
+        return _forward_saved(key, h, k, v, w_h, w_k, eps, clamp_value, out)
     else:
         result, gate = _forward(key, h, k, v, w_h, w_k, eps, clamp_value, out, return_gate)
     return (result, gate) if return_gate else result
@@ -200,6 +221,18 @@ def _forward(key, h, k, v, w_h, w_k, eps, clamp, out, return_gate=False):
     return y, gate
 
 
+def _forward_saved(key, h, k, v, w_h, w_k, eps, clamp, out):
+    """The engram_gate_save launch: ``(out, dot, g, rstd_h, rstd_k)`` (`out` None or that
+    5-tuple). Validated as `_forward`; no short path (training calls, one per step)."""
+    *_, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp)
+    inputs = {"h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k}
+    bound = _SAVE.bind(inputs)
+    outs = _SAVE.outputs(_arrays.namespace(h), h, bound, out, inputs)
+    if h.numel():
+        _SAVE.launch(key, bound.device, (h, k, v, w_h, w_k, *outs), (eps, clamp), bound.dims)
+    return tuple(outs)
+
+
 _FUNCTION = None
 
 
@@ -215,19 +248,28 @@ def _autograd_function():
         class EngramGateFunction(torch.autograd.Function):
             @staticmethod
             def forward(ctx, h, k, v, w_h, w_k, eps, clamp):
+                # TileKernels' EngramGateFn: the forward saves the row statistics and the
+                # backward consumes them (a recomputation would sum in another order).
                 key = _validate.dtype_key("h", h, _DTYPES)
-                out, gate = _forward(key, h, k, v, w_h, w_k, eps, clamp, None)
-                ctx.save_for_backward(h, k, v, w_h, w_k)
-                ctx.eps, ctx.clamp = eps, clamp
-                ctx.mark_non_differentiable(gate)
-                return out, gate
+                out, *stats = _forward_saved(key, h, k, v, w_h, w_k, eps, clamp, None)
+                ctx.save_for_backward(h, k, v, w_h, w_k, *stats)
+                ctx.clamp = clamp
+                ctx.mark_non_differentiable(*stats)
+                return (out, *stats)
 
             @staticmethod
             @once_differentiable
-            def backward(ctx, grad_out, grad_gate):
-                h, k, v, w_h, w_k = ctx.saved_tensors
+            def backward(ctx, grad_out, *grad_stats):
+                h, k, v, w_h, w_k, *stats = ctx.saved_tensors
                 grads = engram_gate_backward(
-                    _validate.dense(grad_out), h, k, v, w_h, w_k, ctx.eps, clamp_value=ctx.clamp
+                    _validate.dense(grad_out),
+                    h,
+                    k,
+                    v,
+                    w_h,
+                    w_k,
+                    saved=stats,
+                    clamp_value=ctx.clamp,
                 )
                 need = ctx.needs_input_grad
                 return (*(g if need[i] else None for i, g in enumerate(grads)), None, None)

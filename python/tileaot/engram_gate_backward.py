@@ -16,6 +16,7 @@ _DTYPES = ("bf16", "fp32")
 _GRAD_NAMES = ("out[0] (grad_h)", "out[1] (grad_k)", "out[2] (grad_v)")
 _WGRAD_NAMES = ("out[3] (grad_w_h)", "out[4] (grad_w_k)")
 _INPUTS = ("grad_out", "h", "k", "v", "w_h", "w_k")
+_SAVED = ("saved[0] (dot)", "saved[1] (g)", "saved[2] (rstd_h)", "saved[3] (rstd_k)")
 
 # Thread blocks per SM of each variant (kernels_py/engram/engram_gate_backward.py
 # BLOCKS_PER_SM; a CPU test keeps the two equal). The kernel launches SMs * this many blocks
@@ -41,17 +42,19 @@ def engram_gate_backward(
     w_h: torch.Tensor,
     w_k: torch.Tensor,
     eps: float = 1e-6,
-    g: torch.Tensor | None = None,
+    saved: tuple[torch.Tensor, ...] | None = None,
     *,
     clamp_value: float = 1e-6,
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of :func:`tileaot.engram_gate` with respect to h, k, v, w_h and w_k.
 
-    What autograd of TileKernels' ``engram_gate_ref`` gives (per-branch weights, the clamp).
-    With ``rh = 1 / sqrt(mean(h**2) + eps)``, ``rk`` likewise, ``s`` and ``g`` the row's scaled
-    dot and gate, ``w_h``, ``w_k`` the row's weight rows and ``go = grad_out`` (float32 math;
-    sums over a row, ``P`` over the rows of each weight row)::
+    What TileKernels' backward (``tile_kernels.engram.engram_gate_bwd`` and ``grad_w_reduce``,
+    as its ``EngramGateFn`` calls them) computes from the statistics its forward saved, i.e.
+    autograd of its ``engram_gate_ref``. With the saved ``dot``, gate ``g``, ``rh = rstd_h``,
+    ``rk = rstd_k`` of the row, ``s = dot * rh * rk / sqrt(H)``, ``w_h``, ``w_k`` the row's
+    weight rows and ``go = grad_out`` (float32 math; sums over a row, ``P`` over the rows of
+    each weight row)::
 
         c      = <go, v> * g * (1 - g) / (2 * sqrt(|s|)) / sqrt(H)   (0 if |s| < clamp_value)
         grad_v = g * go
@@ -72,10 +75,13 @@ def engram_gate_backward(
             device of `h`, contiguous, 16-byte aligned.
         h, k, v, w_h, w_k, eps: the forward's inputs, with the same requirements as in
             :func:`tileaot.engram_gate` (weights ``(H,)`` or per branch ``h.shape[-2:]``).
-        g: optional gate the forward returned (``return_gate=True``): float32, shape
-            ``h.shape[:-1]``, same device. It is checked but not needed: the kernel recomputes
-            the gate in the pass that computes the RMSNorm statistics, at no extra memory
-            traffic.
+            `eps` is only used when `saved` is None.
+        saved: ``(dot, g, rstd_h, rstd_k)``, the statistics the forward saved
+            (``engram_gate(..., save_for_backward=True)[1:]``, or TileKernels'
+            ``engram_gate_fwd`` / ``engram_gate_ref(..., save_for_backward=True)``): float32,
+            shape ``h.shape[:-1]``, on h's device, contiguous, aligned. The kernel reads them
+            instead of recomputing them, as TileKernels' backward does. None: they are
+            computed first by ``engram_gate(..., save_for_backward=True)`` (one more launch).
         clamp_value: the forward's `clamp_value` (keyword only), a finite float >= 0.
         out: optional ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)`` to write into, with
             exactly the shapes and dtypes below, on the device of `h`, contiguous, aligned,
@@ -83,27 +89,29 @@ def engram_gate_backward(
 
     Returns:
         ``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)``: grad_h and grad_k shaped like `h`,
-        grad_v like `v`, the last two like `w_h`, all in h's dtype (the tensors of `out` if
-        given). With no rows, nothing is launched and the weight gradients are zeros. For a
-        shared `v` (``[..., 1, H]``), grad_v is the float32 sum of its rows' ``g * go``
-        terms (each first rounded to h's dtype by the kernel), rounded once.
+        grad_v like `v`, all three in h's dtype, the last two like `w_h` in float32 (as
+        TileKernels returns them; the tensors of `out` if given). With no rows, nothing is
+        launched and the weight gradients are zeros. For a shared `v` (``[..., 1, H]``),
+        grad_v is the float32 sum of its rows' ``g * go`` (computed in torch from the saved
+        gate), rounded once.
 
     Raises:
         TypeError: an argument is not a tensor, has an unsupported dtype, or the dtypes differ;
-            `g` is not float32; `eps` or `clamp_value` is not a real number; `out` is not a
-            5-tuple.
-        ValueError: as :func:`tileaot.engram_gate` for h, k, v, w_h, w_k; `grad_out` or `g`
-            has a wrong shape, device or layout; an `out` tensor has a wrong shape or overlaps.
+            `saved` is not a 4-tuple of float32 tensors; `eps` or `clamp_value` is not a real
+            number; `out` is not a 5-tuple.
+        ValueError: as :func:`tileaot.engram_gate` for h, k, v, w_h, w_k; `grad_out` or a
+            `saved` tensor has a wrong shape, device or layout; an `out` tensor has a wrong
+            shape or overlaps.
         NotImplementedError: a shared `v` with arrays that are not torch tensors.
         ImportError: the native module is not built (a source checkout).
         tileaot.VariantMissError: this wheel has no variant for the dtype, shape or GPU.
         tileaot.DriverError: the CUDA driver is missing or a driver call failed.
 
     Two kernels, enqueued in order on torch's current stream of `h`'s device (the call does not
-    synchronise): the first reads grad_out, h, k, v once and writes grad_h, grad_k, grad_v
-    once, plus a ``[blocks, H]`` float32 scratch of per-block weight-gradient sums (a few
-    blocks per SM); the second reduces the scratch. A shared `v` adds an h-shaped scratch for
-    the rows' grad_v terms and a torch sum over each token's rows.
+    synchronise): the first reads grad_out, h, k, v and the saved statistics once and writes
+    grad_h, grad_k, grad_v once, plus a ``[blocks, H]`` float32 scratch of per-block
+    weight-gradient sums (a few blocks per SM); the second reduces the scratch. A shared `v`
+    adds an h-shaped scratch for the rows' grad_v terms and a torch sum over each token's rows.
     Arrays of other frameworks (CuPy, ... via DLPack) work too; see `tileaot.use_stream`.
 
     Example:
@@ -112,8 +120,9 @@ def engram_gate_backward(
         ...            for _ in range(3))
         >>> w_h, w_k = (torch.ones(4, 7168, dtype=torch.bfloat16, device="cuda") for _ in "hk")
         >>> go = torch.randn_like(h)
+        >>> out, *saved = tileaot.engram_gate(h, k, v, w_h, w_k, save_for_backward=True)
         >>> grad_h, grad_k, grad_v, grad_w_h, grad_w_k = tileaot.engram_gate_backward(
-        ...     go, h, k, v, w_h, w_k, 1e-6)
+        ...     go, h, k, v, w_h, w_k, saved=saved)
     """
     if type(grad_out) is not _arrays.Tensor and _arrays.foreign(grad_out):
         return _arrays.call(engram_gate_backward, locals())
@@ -133,13 +142,19 @@ def engram_gate_backward(
             f"grad_out must have the shape of h {tuple(h.shape)}; got {tuple(grad_out.shape)}"
         )
     _validate.check_memory(("h", "grad_out"), (h, grad_out))
-    if g is not None:
-        _check_gate(g, h)
+    if saved is not None:
+        saved = _check_saved(saved, h)
     if out is None:
         grads = (fw.empty_like(h), fw.empty_like(h), fw.empty_like(v))
-        wgrads = (fw.empty_like(w_h), fw.empty_like(w_k))
+        wgrads = tuple(w.new_empty(w.shape, dtype=fw.float32) for w in (w_h, w_k))
     else:
-        grads, wgrads = _check_out(out, h, v, w_h, device, (grad_out, h, k, v, w_h, w_k))
+        named = dict(zip(_INPUTS, (grad_out, h, k, v, w_h, w_k), strict=True))
+        named.update(zip(_SAVED, saved or (), strict=False))  # the kernel reads those too
+        grads, wgrads = _check_out(out, h, v, w_h, device, named)
+    if saved is None and rows:  # every argument checked: the forward's statistics first
+        from .engram_gate import engram_gate
+
+        saved = engram_gate(h, k, v, w_h, w_k, eps, clamp, save_for_backward=True)[1:]
     if rows == 0:
         for t in (*wgrads, grads[2]) if shared else wgrads:
             t.zero_()  # a sum over no rows
@@ -149,7 +164,7 @@ def engram_gate_backward(
     blocks = min(rows, _sm_count(device) * _BLOCKS_PER_SM.get((key, n), _GENERIC_BLOCKS_PER_SM))
     blocks -= blocks % w_rows  # whole groups of one block per weight row (rows >= w_rows)
     partial = h.new_empty((blocks, n), dtype=fw.float32)
-    ptrs = (grad_out, h, k, v, w_h, w_k, *grads[:2], row_grad_v, *wgrads, partial)
+    ptrs = (grad_out, h, k, v, w_h, w_k, *saved, *grads[:2], row_grad_v, *wgrads, partial)
     _lib.native().launch(
         _lib.handle(_OP, key),
         device,
@@ -169,6 +184,10 @@ def engram_gate_backward(
             w_rows,
             n,
             rows,
+            rows,
+            rows,
+            rows,
+            rows,
             n,
             rows,
             n,
@@ -181,27 +200,47 @@ def engram_gate_backward(
             blocks,
             n,
         ),
-        (eps, clamp),
+        (clamp,),
     )
-    if shared:  # float32 sums over each token's rows, rounded once into grad_v
-        grads[2].copy_(row_grad_v.sum(-2, keepdim=True, dtype=fw.float32))
+    if shared:
+        # float32 sums of each token's rows' g * go, rounded once, as TileKernels' backward
+        # (one thread sums a token's branches) and autograd of its reference do; the kernel's
+        # per-row terms are already rounded to h's dtype, so they are not summed.
+        terms = grad_out.to(fw.float32) * saved[1].unsqueeze(-1)
+        grads[2].copy_(terms.sum(-2, keepdim=True))
     return (*grads, *wgrads)
 
 
-def _check_gate(g: Any, h: Any) -> None:
-    fw = _arrays.namespace(g)
-    _validate.require_tensor("g", g)
-    if g.dtype is not fw.float32:
-        raise TypeError(f"g has dtype {g.dtype}; the gate engram_gate returns is torch.float32")
-    if g.shape != h.shape[:-1]:
-        raise ValueError(
-            f"g must have shape {tuple(h.shape[:-1])} (h's shape without H); got {tuple(g.shape)}"
+def _check_saved(saved: Any, h: Any) -> tuple:
+    """`saved` as a tuple, checked: four float32 tensors of shape ``h.shape[:-1]`` on h's
+    device, dense and aligned (the kernel reads them as [M])."""
+    if not isinstance(saved, (tuple, list)) or len(saved) != 4:
+        what = type(saved).__name__
+        if isinstance(saved, (tuple, list)):
+            what += f" of length {len(saved)}"
+        raise TypeError(
+            "saved must be the forward's (dot, g, rstd_h, rstd_k), e.g. "
+            f"engram_gate(..., save_for_backward=True)[1:]; got {what}"
         )
-    _validate.check_memory(("h", "g"), (h, g))
+    fw = _arrays.namespace(h)
+    for name, t in zip(_SAVED, saved, strict=True):
+        _validate.require_tensor(name, t)
+        if t.dtype is not fw.float32:
+            raise TypeError(
+                f"{name} has dtype {t.dtype}; the forward saves it as float32 (pass "
+                "engram_gate(..., save_for_backward=True)[1:])"
+            )
+        if t.shape != h.shape[:-1]:
+            raise ValueError(
+                f"{name} must have shape {tuple(h.shape[:-1])} (h's shape without H); got "
+                f"{tuple(t.shape)}"
+            )
+    _validate.check_memory(("h", *_SAVED), (h, *saved))
+    return tuple(saved)
 
 
 def _check_out(
-    out: Any, h: Any, v: Any, w_h: Any, device: int, inputs: tuple
+    out: Any, h: Any, v: Any, w_h: Any, device: int, inputs: dict
 ) -> tuple[tuple, tuple]:
     if not isinstance(out, (tuple, list)) or len(out) != 5:
         what = type(out).__name__
@@ -212,9 +251,11 @@ def _check_out(
         )
     for name, t, like in zip(_GRAD_NAMES, out[:3], (h, h, v), strict=True):
         _validate.check_out(name, t, h.dtype, like.shape, device)
+    fp32 = _arrays.namespace(h).float32
     for name, t in zip(_WGRAD_NAMES, out[3:], strict=True):
-        _validate.check_out(name, t, w_h.dtype, w_h.shape, device)
-    _validate.check_no_overlap(_GRAD_NAMES + _WGRAD_NAMES, tuple(out), _INPUTS, inputs)
+        _validate.check_out(name, t, fp32, w_h.shape, device)
+    names = _GRAD_NAMES + _WGRAD_NAMES
+    _validate.check_no_overlap(names, tuple(out), tuple(inputs), tuple(inputs.values()))
     return tuple(out[:3]), tuple(out[3:])
 
 
@@ -237,5 +278,5 @@ def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
     """A typical call for `python -m tileaot info`: its description and flat shapes."""
     m, n = 4 * 4096, 7168
     blocks = 132 * _BLOCKS_PER_SM[(key, n)]
-    flat = (m, n, m, n, m, n, m, n, 4, n, 4, n, m, n, m, n, m, n, 4, n, 4, n, blocks, n)
+    flat = (m, n, m, n, m, n, m, n, 4, n, 4, n, m, m, m, m, m, n, m, n, m, n, 4, n, 4, n, blocks, n)
     return "h[4096, 4, 7168], w [4, 7168]", flat

@@ -89,9 +89,9 @@ def _from_schema(fn: Callable[..., Any], **extra: Any) -> OpSpec:
     )
 
 
-def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, g, clamp_value):
-    like = (h, h, v, w_h, w_k)  # grad_v has v's shape (a shared v: [..., 1, H])
-    return tuple(torch.empty_like(x) for x in like)
+def _engram_gate_backward(grad_out, h, k, v, w_h, w_k, eps, saved, clamp_value):
+    grads = tuple(torch.empty_like(x) for x in (h, h, v))  # grad_v: v's shape (maybe shared)
+    return (*grads, *(torch.empty_like(w, dtype=torch.float32) for w in (w_h, w_k)))
 
 
 _GRAD = ("grad_out",)
@@ -122,11 +122,14 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),
-    _from_schema(engram_gate, fixed=MappingProxyType({"return_gate": True})),
+    # (out, g); the backward op takes the statistics from the saving forward (saved=None).
+    _from_schema(
+        engram_gate, fixed=MappingProxyType({"return_gate": True, "save_for_backward": False})
+    ),
     OpSpec(
         engram_gate_backward,
         "Tensor grad_out, Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
-        "Tensor? g=None, float clamp_value=1e-06",
+        "Tensor[]? saved=None, float clamp_value=1e-06",
         ("grad_h", "grad_k", "grad_v", "grad_w_h", "grad_w_k"),
         _engram_gate_backward,
         dense=_GRAD,
