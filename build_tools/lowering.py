@@ -2,7 +2,7 @@
 
 A KernelSpec declares (`lowering_classes`, kernels_py/spec.py) which archs produce the same
 traced data for a variant: device source, launch facts and signature. The build traces the
-group's representative (its first arch that the build targets) and hands that trace to the
+group's representative (the oldest of its archs that the build targets) and hands that trace to the
 group's other archs; each arch still gets its own compile (its own -arch, its own cubin), so
 only the tracing is shared. The source names no arch (the kernel symbol is the variant's name),
 which is what makes one source valid for several targets.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 
-from build_tools.matrix import VariantPoint
+from build_tools.matrix import ARCH_ORDER, VariantPoint
 
 ENV_VAR = "TILEAOT_TRACE_EVERY_ARCH"
 
@@ -29,9 +29,11 @@ def sharing_enabled(environ=os.environ) -> bool:
 
 
 def groups_built(point: VariantPoint) -> list[tuple[str, ...]]:
-    """The declared groups, narrowed to the archs this point is built for (in build order)."""
+    """The declared groups, narrowed to the archs this point is built for, oldest first (the
+    oldest arch's source is valid CUDA for the newer ones: a group declared too wide would
+    cost them an optimisation, not correctness)."""
     groups = point.spec.lowering_groups(point.key, point.specialisation)
-    return [tuple(a for a in point.archs if a in g) for g in groups]
+    return [tuple(sorted((a for a in point.archs if a in g), key=ARCH_ORDER.get)) for g in groups]
 
 
 def representatives(point: VariantPoint, share: bool = True) -> dict[str, str]:

@@ -189,3 +189,12 @@ def test_every_real_declaration_is_well_formed_and_gemm_stays_per_arch():
                 groups = spec.lowering_groups(key, s)  # raises on a bad one
                 if spec.op == "gemm":
                     assert all(len(g) == 1 for g in groups)  # wgmma on sm_90a
+
+
+def test_the_representative_is_the_oldest_arch_of_its_group_in_any_order():
+    from build_tools.matrix import VariantPoint
+
+    point = VariantPoint(_spec(), {"dtype": "bfloat16"}, {}, ("sm_120f", "sm_90a", "sm_86"))
+    assert lowering.representatives(point) == {"sm_120f": "sm_90a", "sm_90a": "sm_90a",
+                                               "sm_86": "sm_86"}  # fmt: skip
+    assert lowering.representatives(point, share=False)["sm_120f"] == "sm_120f"
