@@ -80,6 +80,12 @@ BY_GENERATION: tuple[tuple[str, ...], ...] = (
     ("sm_100f", "sm_120f"),
 )
 
+# Kernels chained with programmatic dependent launch lower with it from sm_90 on.
+SPLIT_AT_SM90: tuple[tuple[str, ...], ...] = (
+    ("sm_70", "sm_75", "sm_80"),
+    ("sm_90a", "sm_100f", "sm_120f"),
+)
+
 ArchGroups = tuple[tuple[str, ...], ...]
 
 

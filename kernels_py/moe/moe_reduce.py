@@ -30,7 +30,7 @@ otherwise emit 32-byte accesses on sm_100a (32-byte alignment needed).
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("bfloat16", "float32")
 ITEMSIZE = {"bfloat16": 2, "float32": 4}
@@ -250,6 +250,8 @@ SPEC = KernelSpec(
     ),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="out[t] = sum_j weights[t, j] * y_sorted[token_pos[t, j]] (fp32 accumulation), "
     "token_pos -1 skipped; weighted or plain sum; bf16/fp32 in and out.",
 )
