@@ -106,6 +106,22 @@ def test_the_gen_folder_is_the_same_with_and_without_sharing(tmp_path):
     assert {a for _, a in rows} == {*DEFAULT_ARCHS, "compute_80"}
 
 
+def test_the_build_report_counts_the_shared_traces(tmp_path):
+    from build_tools import report
+    from build_tools.generate import write_trace_stats
+
+    points, traced, stats = _trace(tmp_path, _spec())
+    write_gen(tmp_path / "gen", points, traced, DEFAULT_ARCHS, ("*",), "0.0")
+    write_trace_stats(tmp_path / "gen", stats)
+    data = report.build_report(tmp_path / "gen")
+    t = data["totals"]
+    assert (t["traced"], t["traces_from_cache"], t["traces_shared"]) == (2, 0, 10)
+    rows = [r for r in data["variants"] if r["name"] == "fake_bf16_any"]
+    shared = {r["arch"]: r["trace_shared"] for r in rows}
+    assert shared["sm_120f"] == "sm_70" and shared["sm_70"] is None
+    assert "2 new + 0 cached + 10 shared" in report.summary_line(data, tmp_path / "r.md")
+
+
 def test_the_environment_switch_traces_every_arch(tmp_path, monkeypatch):
     monkeypatch.setenv(lowering.ENV_VAR, "1")
     _trace(tmp_path, _spec())
