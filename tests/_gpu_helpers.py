@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import contextmanager
 
 
 def runs_on(variant_arch: str, device_arch: str) -> bool:
@@ -23,6 +24,24 @@ def unexercised(native, ops: Iterable[str], seen: set[str]) -> tuple[str, list[s
     arch = native.device_arch(0)
     runnable = {v["name"] for v in native.variants() if v["op"] in ops and runs_on(v["arch"], arch)}
     return arch, sorted(runnable - seen)
+
+
+@contextmanager
+def behind_a_busy_stream(cycles: int = 200_000_000):
+    """Run the block on a new side stream whose queue starts with ``cycles`` of GPU sleep
+    (~0.1 s on an H200), then wait for that stream.
+
+    The stream-order tests write their inputs inside the block: those writes land only after
+    the sleep, so a launch that ignored the caller's current stream would read the inputs'
+    earlier (poisoned) content and the test's comparison fails."""
+    import torch
+
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(cycles)
+        yield side
+    side.synchronize()
 
 
 def assert_every_variant_exercised(ops: Iterable[str], seen: set[str]) -> None:

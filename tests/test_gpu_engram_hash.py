@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, selected
+from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -86,13 +86,9 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     src, mult, sizes, offsets = _inputs(65537, 3, 2, 8, "engram")
     ids = torch.zeros_like(src)
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)
+    with behind_a_busy_stream():
         ids.copy_(src)
         y = tileaot.engram_hash(ids, mult, sizes, offsets)
-    side.synchronize()
     assert torch.equal(y, _ref()(src, mult, sizes, offsets))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -75,13 +75,9 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     src = torch.randint(-1, 256, (4096, 8), dtype=torch.int32, device="cuda")
     x = torch.zeros_like(src)
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)
+    with behind_a_busy_stream():
         x.copy_(src)
         y = tileaot.group_count(x, 256)
-    side.synchronize()
     assert torch.equal(y, _ref()(src, 256))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -79,13 +79,9 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     src = _indices(4096, 8, 256)
     x = torch.full_like(src, 5)
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)
+    with behind_a_busy_stream():
         x.copy_(src)
         y = tileaot.mask_indices_by_tp(x, 256, 8, 1, 2)
-    side.synchronize()
     assert torch.equal(y, _ref()(src, 256, 8, 1, 2))
 
 

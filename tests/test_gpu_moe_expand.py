@@ -12,7 +12,7 @@ together exercised every moe_expand variant built for this GPU.
 from __future__ import annotations
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -152,14 +152,10 @@ def test_moe_expand_runs_in_order_on_the_callers_stream():
     x_src = torch.randn(2048, 1024, device="cuda").bfloat16()
     idx_src = _routing(2048, 8, 256)
     x, idx = torch.full_like(x_src, float("nan")), torch.full_like(idx_src, 3)
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)
+    with behind_a_busy_stream():
         x.copy_(x_src)
         idx.copy_(idx_src)
         result = tileaot.moe_expand(x, idx, 256, 16)
-    side.synchronize()
     _check("stream", x_src, None, idx_src, result, 256, 16)
 
 

@@ -13,7 +13,7 @@ import importlib
 import math
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -88,13 +88,9 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     src = _weights(4096, 8, "rand")
     w = torch.full_like(src, math.nan)
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)
+    with behind_a_busy_stream():
         w.copy_(src)
         den, nw = tileaot.normalize_weight(w)
-    side.synchronize()
     want = _ref()(src)
     assert torch.equal(den, want[0]) and torch.equal(nw, want[1])
 

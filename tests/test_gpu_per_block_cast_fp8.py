@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -150,13 +150,9 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     src = _input(512, 7168, torch.bfloat16)
     x = torch.full_like(src, float("nan"))
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)
+    with behind_a_busy_stream():
         x.copy_(src)
         q, scale = tileaot.per_block_cast_fp8(x)
-    side.synchronize()
     q_ref, scale_ref = _reference(src)
     assert torch.equal(scale, scale_ref) and torch.equal(
         q.view(torch.uint8), q_ref.view(torch.uint8)

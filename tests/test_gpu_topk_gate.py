@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -117,13 +117,9 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     src = _scores(4096, 256, "randn")
     x = torch.full_like(src, float("nan"))
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on the side stream
+    with behind_a_busy_stream():
         x.copy_(src)
         idx, w = tileaot.topk_gate(x, 8, "sigmoid")
-    side.synchronize()
     idx_ref, w_ref = _kernel_module().reference(src, 8, "sigmoid", True)
     assert torch.equal(idx, idx_ref)
     torch.testing.assert_close(w, w_ref, rtol=1e-6, atol=1e-12)

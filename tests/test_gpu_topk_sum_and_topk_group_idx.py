@@ -14,7 +14,7 @@ import importlib
 import math
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -94,13 +94,9 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     src = _scores(4096, 8, 32, "randn")
     x = torch.full_like(src, math.nan)
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)
+    with behind_a_busy_stream():
         x.copy_(src)
         y = tileaot.topk_sum_and_topk_group_idx(x, 2, 4)
-    side.synchronize()
     assert torch.equal(y, _ref()(src, 2, 4))
 
 

@@ -221,3 +221,15 @@ def test_lower_fused_static_has_exact_silu_and_one_multiply_per_element():
     # silu's IEEE division, then per group the scale (in both round_sf branches) and 448/amax
     assert src.count("__fdiv_rn") == 4 and "__fmul_rn" in src and "(round_sf != 0)" in src
     assert "expf(" in src and "__expf" not in src and "fast_rcp" not in src
+
+
+@needs_tilelang
+def test_lower_fused_generic_flat_pairs():
+    """Generic H: (row, group) pairs on a 1-D grid (a (row, group tile) grid idles threads in
+    each row's last tile unless 8 divides H / 128), the pair's row divided once in int32 (in an
+    index TileLang widens the division to int64), gate and up in 16-byte loads."""
+    src = lower_source(swq.factory(arch="sm_90a", dtype="bfloat16"), "sm_90a", "swq_flat_test")
+    assert "blockIdx.y" not in src
+    assert src.count(" / (H >> 7))") == 1
+    assert "/ (((int64_t)" not in src and "% (((int64_t)" not in src
+    assert src.count("*(uint4*)(x + ") == 2

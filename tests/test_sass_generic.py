@@ -1,4 +1,4 @@
-"""The generic rms_norm / swiglu variants' SASS (issue 20, item 5), checked on the CPU.
+"""The generic variants' SASS (issue 20, item 5), checked on the CPU.
 
 Each generic kernel is lowered by TileLang, compiled by NVRTC for sm_90a and disassembled with
 cuobjdump (+ nvdisasm): its aligned path must move data with 16-byte global loads and stores
@@ -135,6 +135,39 @@ def test_generic_swiglu_streams_16_byte_vectors(tmp_path):
     blocks = _blocks_per_sm(swiglu.THREADS, usage)
     in_flight = blocks * swiglu.THREADS * 2 * rows * 16
     assert in_flight >= MIN_BYTES_IN_FLIGHT, (usage, blocks, in_flight)
+
+
+# Issue 20: a generic variant's registers at most its specialised siblings' (48-56 for swiglu,
+# 35-36 for swiglu_per_token_cast_fp8 on sm_90a, NVRTC 12.9) plus a little for the runtime
+# strides. Both were once set by something other than the path that streams: swiglu's fully
+# unrolled element path (128 for bf16/fp16, 66 for fp32) and, in a first flat fp8 layout, an
+# int64 division inside every index (40).
+SWIGLU_GENERIC_MAX_REGS = 60
+SWIGLU_FP8_GENERIC_MAX_REGS = 38
+
+
+@needs_tilelang
+@needs_cuobjdump
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_generic_swiglu_registers(tmp_path, dtype):
+    """The element path (H % vec != 0) shares the generic kernel: it must not raise the
+    register count, and so the occupancy, of the aligned path."""
+    from kernels_py.act import swiglu
+
+    _, usage = _sass(swiglu.factory(arch="sm_90a", dtype=dtype), f"sw_g_{dtype}", tmp_path)
+    assert usage["REG"] <= SWIGLU_GENERIC_MAX_REGS, usage
+
+
+@needs_tilelang
+@needs_cuobjdump
+def test_generic_swiglu_per_token_cast_fp8_streams_16_byte_vectors(tmp_path):
+    """Gate and up in 16-byte loads, within the register bound (the flat grid itself:
+    test_kernels_cpu_swiglu)."""
+    from kernels_py.act import swiglu_per_token_cast_fp8 as op
+
+    sass, usage = _sass(op.factory(arch="sm_90a", dtype="bfloat16"), "swq_g", tmp_path)
+    assert _accesses(sass)["ld128"] >= 2, _accesses(sass)
+    assert usage["REG"] <= SWIGLU_FP8_GENERIC_MAX_REGS, usage
 
 
 @needs_tilelang

@@ -25,7 +25,9 @@ stores ``ROWS`` 16-byte vectors of y.
   ``ROWS * 128`` consecutive vectors of y in row-major order on flat views of x and y, grid
   ``ceil(M * H / (ROWS * 128 * vec))``, so no thread idles in a row's partial last tile
   (_flat_tile). Generic H picks at run time 16-byte vectors when ``H % vec == 0`` and
-  element access otherwise, so any H works.
+  element access otherwise, so any H works; the element path takes its ROWS x vec elements
+  in ``vec`` rolled chunks of ROWS (_flat_scalar_tile), so that it needs no more registers
+  than the vector path it shares the kernel with.
 
 On CUDA targets the vector path is written per thread so that each output vector leaves in
 one explicit 16-byte store (``st.global.v4``, inline PTX): TileLang's plain vector store came
@@ -262,37 +264,40 @@ def _flat_scalar_tile(T, M, H, vec: int):
     """Macro for generic H with ``H % vec != 0`` (rows not 16-byte aligned) on flat views:
     the same block of ROWS x THREADS x vec elements of y, one element per access.
 
-    Element ``j`` of thread ``tx`` is y's flat element ``i = (b * ROWS * vec + j) * THREADS +
-    tx``, x's gate element ``i + row * H``: a warp reads and writes 32 consecutive elements;
-    all 2 x ROWS x vec loads come before the math. Written per thread rather than as
-    T.Parallel loops over fragments: under a runtime H, TileLang 0.1.15 spent ~3/4 of the
-    generic variant's lowering (LayoutInference and LowerTileOp) on those loops
-    (bench/results/build-2026-12-02-tracing.md).
+    Element ``j = c * ROWS + k`` of thread ``tx`` is y's flat element ``i = (b * ROWS * vec +
+    j) * THREADS + tx``, x's gate element ``i + row * H``: a warp reads and writes 32
+    consecutive elements. The ``vec`` chunks ``c`` run in a rolled loop (``#pragma unroll 1``),
+    each with its 2 x ROWS loads before its math: this path and _flat_tile are one kernel, whose
+    register count is the larger of the two, and holding all ROWS x vec elements at once (~128
+    registers) had cut the generic kernel's occupancy on the aligned path too (_flat_tile alone
+    needs ~54). Written per thread rather than as T.Parallel loops over fragments: under a
+    runtime H, TileLang 0.1.15 spent ~3/4 of the generic variant's lowering (LayoutInference
+    and LowerTileOp) on those loops (bench/results/build-2026-12-02-tracing.md).
     """
-    per = ROWS * vec
     total = M * H
 
     @T.macro
     def tile_scalar(xf, yf, b):
         tx = T.get_thread_binding()
-        g = T.alloc_local((per,), "float32")
-        u = T.alloc_local((per,), "float32")
-        skip = T.alloc_local((per,), "int32")  # row * H of each element
-        for j in T.unroll(per):
-            i = (b * per + j) * THREADS + tx
-            skip[j] = T.truncdiv(i, H) * H
-        for j in T.unroll(per):
-            i = (b * per + j) * THREADS + tx
-            g[j] = T.if_then_else(i < total, xf[i + skip[j]], 0)
-        for j in T.unroll(per):
-            i = (b * per + j) * THREADS + tx
-            u[j] = T.if_then_else(i < total, xf[i + skip[j] + H], 0)
-        for j in T.unroll(per):
-            g[j] = silu_mul(T, g[j], u[j])
-        for j in T.unroll(per):
-            i = (b * per + j) * THREADS + tx
-            if i < total:
-                yf[i] = g[j]
+        g = T.alloc_local((ROWS,), "float32")
+        u = T.alloc_local((ROWS,), "float32")
+        skip = T.alloc_local((ROWS,), "int32")  # row * H of each element
+        for c in T.unroll(vec, unroll_factor=1):
+            for k in T.unroll(ROWS):
+                i = (b * ROWS * vec + c * ROWS + k) * THREADS + tx
+                skip[k] = T.truncdiv(i, H) * H
+            for k in T.unroll(ROWS):
+                i = (b * ROWS * vec + c * ROWS + k) * THREADS + tx
+                g[k] = T.if_then_else(i < total, xf[i + skip[k]], 0)
+            for k in T.unroll(ROWS):
+                i = (b * ROWS * vec + c * ROWS + k) * THREADS + tx
+                u[k] = T.if_then_else(i < total, xf[i + skip[k] + H], 0)
+            for k in T.unroll(ROWS):
+                g[k] = silu_mul(T, g[k], u[k])
+            for k in T.unroll(ROWS):
+                i = (b * ROWS * vec + c * ROWS + k) * THREADS + tx
+                if i < total:
+                    yf[i] = g[k]
 
     return tile_scalar
 

@@ -26,9 +26,12 @@ ulp). It costs ~13 more instructions per element than ``__expf`` and ``rcp.appro
 the kernel used before it followed TileKernels (one e4m3 step off in ~1e-5 of codes).
 
 One kernel, one read of x (and of the weights), one write of q and scale; everything else
-stays in registers. A block of 128 threads owns ``ROWS`` rows x ``GROUPS`` groups; each thread
-holds one 16-byte vector (8 bf16) of gate and of up per (row, group), so a group's amax is an
-8-element register max plus a 16-lane shuffle reduction.
+stays in registers. A block of 128 threads owns ``GROUPS`` (row, group) pairs: for static H
+``ROWS`` rows x ``GROUPS`` consecutive groups (grid rows x group tiles); for generic H the
+``GROUPS`` consecutive pairs ``b * GROUPS + c`` of the row-major M x H/128 pairs (1-D grid,
+_Flat), so no thread idles when 8 does not divide H/128. Each thread holds one 16-byte vector
+(8 bf16) of gate and of up per pair, so a group's amax is an 8-element register max plus a
+16-lane shuffle reduction.
 
 Cost (SASS, per element): ~35 instructions on sm_90a (+3 with the clamp); sm_70/sm_80 cubins
 (also run on sm_86/89) convert to e4m3 in software (no cvt.e4m3x2 before sm_89), issue-bound
@@ -46,6 +49,7 @@ aligned). Loops touching global memory carry ``coalesced_width`` = one 16-byte v
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
+from ..ceildiv import ceildiv
 from ..quant.quotient import inv_of, reference_scale_and_inv, scale_of
 from ..spec import BY_GENERATION, KernelSpec
 from .swiglu import silu_mul
@@ -85,6 +89,7 @@ def _kernel(dtype: str, h: int | None):
     M = T.dynamic("M")
     H = T.dynamic("H") if h is None else h
     G = H // GROUP
+    at = _Tiled(M, G) if h is not None else _Flat(T, M, G)
 
     @T.prim_func
     def swiglu_per_token_cast_fp8(
@@ -96,11 +101,17 @@ def _kernel(dtype: str, h: int | None):
         weighted: T.int32,
         round_sf: T.int32,
     ):
-        # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
-        with T.Kernel(T.ceildiv(M, ROWS), T.ceildiv(G, GROUPS), threads=THREADS) as (bm, bg):
+        with T.Kernel(*at.grid(T), threads=THREADS) as (bm, bg):
             if h is None:
                 # H % 128 == 0 (the variant's constraint) keeps rows 16-byte aligned.
                 T.assume(H % GROUP == 0)
+                # Each pair's row in an int32 register: a division inside an index would be
+                # widened to int64 (a ~30-instruction software division per use).
+                rows = T.alloc_fragment((ROWS, GROUPS), "int32")
+                for r, c in T.Parallel(ROWS, GROUPS):
+                    rows[r, c] = T.truncdiv(bm * GROUPS + c, G)
+                flat = (T.view(x, (M * 2 * H,)), T.view(q, (M * H,)), T.view(scale, (M * G,)))
+                at.bind(rows, *flat)
             g = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
             u = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
             s = T.alloc_fragment((ROWS, GROUPS), "float32")  # amax, then the scale
@@ -108,20 +119,20 @@ def _kernel(dtype: str, h: int | None):
             wr = T.alloc_fragment((ROWS, GROUPS), "float32")  # row weight, per (row, group)
             # Gate and up in separate loops: one loop with both loads halves the vector width.
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
-                row = bm * ROWS + r
-                col = (bg * GROUPS + c) * GROUP + j
-                g[r, c, j] = T.if_then_else((row < M) & (bg * GROUPS + c < G), x[row, col], 0)
+                g[r, c, j] = T.if_then_else(at.inside(bm, bg, r, c), at.x(x, bm, bg, r, c, j), 0)
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
-                row = bm * ROWS + r
-                col = (bg * GROUPS + c) * GROUP + j
-                u[r, c, j] = T.if_then_else((row < M) & (bg * GROUPS + c < G), x[row, H + col], 0)
+                u[r, c, j] = T.if_then_else(
+                    at.inside(bm, bg, r, c), at.x(x, bm, bg, r, c, j, up=True), 0
+                )
             if limit <= FLT_MAX:  # uniform branch: +inf means no clamp
                 for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
                     g[r, c, j] = T.min(g[r, c, j], limit)
                     u[r, c, j] = T.max(T.min(u[r, c, j], limit), -limit)
-            for r, c in T.Parallel(ROWS, GROUPS):  # one weight load per thread and row
+            for r, c in T.Parallel(ROWS, GROUPS):  # one weight load per thread
                 wr[r, c] = T.if_then_else(
-                    (weighted != 0) & (bm * ROWS + r < M), weights[bm * ROWS + r], 1.0
+                    (weighted != 0) & at.row_inside(bm, bg, r, c),
+                    weights[at.row(bm, bg, r, c)],
+                    1.0,
                 )
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
                 g[r, c, j] = silu_mul(T, g[r, c, j], u[r, c, j]) * wr[r, c]
@@ -131,18 +142,112 @@ def _kernel(dtype: str, h: int | None):
                 wr[r, c] = T.max(s[r, c], AMAX_FLOOR)  # the clamped amax (wr is free again)
                 s[r, c] = scale_of(T, wr[r, c], FP8_MAX, round_sf)
                 y[r, c] = inv_of(T, wr[r, c], s[r, c], FP8_MAX, round_sf)
-                if (bm * ROWS + r < M) & (bg * GROUPS + c < G):
-                    scale[bm * ROWS + r, bg * GROUPS + c] = s[r, c]
+                if at.inside(bm, bg, r, c):
+                    at.scale_out(scale)[at.scale_index(bm, bg, r, c)] = s[r, c]
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
                 g[r, c, j] = T.ieee_mul(g[r, c, j], y[r, c])
             # A separate cast-and-store loop lets TileLang pair the fp8 conversions (cvt.x2)
             # and store 8 bytes per vector; the conversion saturates at 448 (SATFINITE).
             for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
-                row = bm * ROWS + r
-                if (row < M) & (bg * GROUPS + c < G):
-                    q[row, (bg * GROUPS + c) * GROUP + j] = g[r, c, j]
+                if at.inside(bm, bg, r, c):
+                    at.q_out(q)[at.q_index(bm, bg, r, c, j)] = g[r, c, j]
 
     return swiglu_per_token_cast_fp8
+
+
+class _Tiled:
+    """Static H: block (bm, bg) owns rows ``bm * ROWS + r`` x groups ``bg * GROUPS + c``.
+    Every specialised H is a multiple of GROUPS groups (1024 columns), so no thread idles."""
+
+    def __init__(self, M, G):
+        self.M, self.G = M, G
+
+    def grid(self, T):
+        # Rows on gridDim.x (up to 2^31 - 1); gridDim.y (65535) would cap M at 262,140.
+        return T.ceildiv(self.M, ROWS), T.ceildiv(self.G, GROUPS)
+
+    def row(self, bm, bg, r, c):
+        return bm * ROWS + r
+
+    def _col(self, bg, c, j):
+        return (bg * GROUPS + c) * GROUP + j
+
+    def x(self, x, bm, bg, r, c, j, up=False):
+        """Gate element (up: the up element, H columns further) of (row, group) (r, c)."""
+        col = self._col(bg, c, j)
+        return x[bm * ROWS + r, self.G * GROUP + col if up else col]
+
+    def q_out(self, q):
+        return q
+
+    def scale_out(self, scale):
+        return scale
+
+    def q_index(self, bm, bg, r, c, j):
+        return bm * ROWS + r, self._col(bg, c, j)
+
+    def scale_index(self, bm, bg, r, c):
+        return bm * ROWS + r, bg * GROUPS + c
+
+    def row_inside(self, bm, bg, r, c):
+        return bm * ROWS + r < self.M
+
+    def inside(self, bm, bg, r, c):
+        return (bm * ROWS + r < self.M) & (bg * GROUPS + c < self.G)
+
+
+class _Flat:
+    """Generic H: the M x G (row, group) pairs in row-major order, GROUPS consecutive pairs per
+    block on a 1-D grid (gridDim.y = 1), pair ``bm * GROUPS + c`` = row ``pair / G``, group
+    ``pair % G``. A (row, group-tile) grid would leave threads idle in each row's last tile
+    unless 8 divides G (H = 1408: G = 11 on two tiles, 69 % busy); here only the last block
+    can hold a partial tile. On flat views, pair p's q group is group p, its scale element p,
+    and its gate group ``p + row * G`` of x (x rows hold 2G groups), its up group G further:
+    one int32 division per thread (M * G < 2^23: the wrapper refuses 2^31 elements of x)."""
+
+    def __init__(self, T, M, G):
+        assert ROWS == 1, "the flat layout maps one pair per 16 threads"
+        self.M, self.G = M, G
+
+    def grid(self, T):
+        return ceildiv(T, self.M * self.G, GROUPS), 1
+
+    def bind(self, rows, xf, qf, sf):
+        """``rows``: the int32 fragment of ``pair / G`` per (r, c), computed once per thread
+        (inside an index the division would be widened to int64, a software routine per use,
+        and the bounds TileLang adds per element would stop the 16-byte loads); x, q and scale
+        as flat views."""
+        self.rows, self.xf, self.qf, self.sf = rows, xf, qf, sf
+
+    def _pair(self, bm, c):
+        return bm * GROUPS + c
+
+    def row(self, bm, bg, r, c):
+        return self.rows[r, c]
+
+    def x(self, x, bm, bg, r, c, j, up=False):
+        group = self._pair(bm, c) + self.rows[r, c] * self.G  # the gate's group on x's view
+        if up:
+            group += self.G
+        return self.xf[group * GROUP + j]
+
+    def q_out(self, q):
+        return self.qf
+
+    def scale_out(self, scale):
+        return self.sf
+
+    def q_index(self, bm, bg, r, c, j):
+        return (self._pair(bm, c) * GROUP + j,)
+
+    def scale_index(self, bm, bg, r, c):
+        return (self._pair(bm, c),)
+
+    def row_inside(self, bm, bg, r, c):
+        return self.inside(bm, bg, r, c)
+
+    def inside(self, bm, bg, r, c):
+        return self._pair(bm, c) < self.M * self.G
 
 
 def reference(x, weights=None, clamp=None, round_sf: bool = False):
