@@ -2,10 +2,10 @@
 
 A KernelSpec declares (`lowering_classes`, kernels_py/spec.py) which archs produce the same
 traced data for a variant: device source, launch facts and signature. The build traces the
-group's representative (the oldest of its archs that the build targets) and hands that trace to the
-group's other archs; each arch still gets its own compile (its own -arch, its own cubin), so
-only the tracing is shared. The source names no arch (the kernel symbol is the variant's name),
-which is what makes one source valid for several targets.
+group's representative (the oldest of its archs that the build targets) and hands that trace
+to the group's other archs; each arch still gets its own compile (its own -arch, its own
+cubin), so only the tracing is shared. The source names no arch (the kernel symbol is the
+variant's name), which is what makes one source valid for several targets.
 
 `python -m build_tools verify-lowering-classes [--ops GLOB]` (build_tools/verify_lowering.py)
 traces every arch of every group on its own and fails naming op, variant and archs where a
@@ -37,7 +37,7 @@ def groups_built(point: VariantPoint) -> list[tuple[str, ...]]:
 
 
 def representatives(point: VariantPoint, share: bool = True) -> dict[str, str]:
-    """arch -> the arch whose trace it uses: the first built arch of its group, else itself."""
+    """arch -> the arch whose trace it uses: the oldest built arch of its group, else itself."""
     reps = {a: a for a in point.archs}
     if share:
         for group in groups_built(point):
@@ -57,9 +57,8 @@ def mismatches(points: list[VariantPoint], traced: dict) -> list[str]:
     problems = []
     for p in points:
         for group in groups_built(p):
-            first = traced[(p.name, group[0])] if group else None
             for arch in group[1:]:
-                what = _difference(first, traced[(p.name, arch)])
+                what = _difference(traced[(p.name, group[0])], traced[(p.name, arch)])
                 if what:
                     problems.append(
                         f"{p.spec.op}: {p.name}: {group[0]} and {arch} differ in {what}, "

@@ -80,12 +80,12 @@ BY_GENERATION: tuple[tuple[str, ...], ...] = (
     ("sm_100f", "sm_120f"),
 )
 
-# fp32 vector arithmetic is packed in pairs (tl::add2 and friends) from sm_100 on.
+# Some fp32 vector arithmetic is packed in pairs (tl::add2 and friends) from sm_100 on.
 SPLIT_AT_SM100: tuple[tuple[str, ...], ...] = (
     ("sm_70", "sm_75", "sm_80", "sm_90a"),
     ("sm_100f", "sm_120f"),
 )
-# Kernels chained with programmatic dependent launch lower with it from sm_90 on.
+# Kernels of one prim_func chained with programmatic dependent launch from sm_90 on.
 SPLIT_AT_SM90: tuple[tuple[str, ...], ...] = (
     ("sm_70", "sm_75", "sm_80"),
     ("sm_90a", "sm_100f", "sm_120f"),
