@@ -18,7 +18,7 @@ runtime), written per thread.
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .expand_to_mhc import COLS, THREADS, VEC
 
 
@@ -98,5 +98,7 @@ SPEC = KernelSpec(
     keys=({"dtype": "bfloat16"},),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="mHC post-mix: out[n] = post[n] * x + sum_m comb[m, n] * residual[m]; [T, R, H] bf16.",
 )

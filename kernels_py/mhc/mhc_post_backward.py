@@ -18,7 +18,7 @@ shared memory reduces them.
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .expand_to_mhc import COLS, THREADS, VEC
 
 MAX_R = 8
@@ -155,5 +155,7 @@ SPEC = KernelSpec(
     keys=({"dtype": "bfloat16"},),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="grads of mhc_post (x, residual bf16; post_layer_mix, comb_res_mix fp32); R <= 8.",
 )
