@@ -32,7 +32,8 @@ SPEC = KernelSpec(
     specs=engram_gate.SPEC.specs,
     reference=reference,
     # engram_gate's kernels with three more stores: its declaration holds for them too
-    # (verified: build_tools verify-lowering-classes --ops 'engram_gate_save*').
+    # (verified for engram_gate_save_bf16_h7168 on the six default archs, 2026-12-02:
+    # build_tools verify-lowering-classes --ops engram_gate_save_bf16_h7168).
     lowering_classes=engram_gate.SPEC.lowering_classes,
     lowering_reason=engram_gate.SPEC.lowering_reason,
     doc="engram_gate that also saves TileKernels' backward statistics: (out, dot, g, rstd_h, "
