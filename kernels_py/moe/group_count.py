@@ -65,7 +65,8 @@ def histogram_kernels():
             g = bx * THREADS + T.get_thread_binding()
             if g < counts.shape[0]:
                 counts[g] = 0
-        with T.Kernel(ceildiv(T, group_idx.shape[0] * group_idx.shape[1], CHUNK), threads=THREADS) as bx:
+        entries = group_idx.shape[0] * group_idx.shape[1]
+        with T.Kernel(ceildiv(T, entries, CHUNK), threads=THREADS) as bx:
             tx = T.get_thread_binding()
             hist = T.alloc_shared((MAX_GROUPS,), "int32")
             v = T.alloc_var("int32")
@@ -76,11 +77,11 @@ def histogram_kernels():
             T.sync_threads()
             for it in T.unroll(ITEMS):
                 e = bx * CHUNK + it * THREADS + tx
-                if e < group_idx.shape[0] * group_idx.shape[1]:
+                if e < entries:
                     v = group_idx[e // group_idx.shape[1], e % group_idx.shape[1]]
                     if (v >= 0) & (v < bins):
                         T.atomic_add(hist[v], 1)
-                    elif (v >= bins) & (v < counts.shape[0]):  # past the histogram: counted in place
+                    elif (v >= bins) & (v < counts.shape[0]):  # past the histogram: in place
                         T.atomic_add(counts[v], 1)
             T.sync_threads()
             for r in T.serial(T.ceildiv(bins, THREADS)):
