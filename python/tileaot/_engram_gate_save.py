@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from . import _arrays
+from ._engram_args import check_shapes
 from ._schema import OpSchema
 
 # engram_gate's tensors (python/tileaot/engram_gate.py) plus, after out, TileKernels' saved
@@ -17,3 +19,17 @@ SCHEMA = OpSchema(
 )
 
 example_shapes = SCHEMA.example_shapes
+
+
+def forward_saved(key, h, k, v, w_h, w_k, eps, clamp, out):
+    """The engram_gate_save launch for dispatch key `key`: ``(out, dot, g, rstd_h, rstd_k)``
+    (`out` None or that 5-tuple). Shapes checked as engram_gate's; no short path (training
+    calls, one per step). Here rather than in engram_gate.py so that engram_gate_backward can
+    run it without importing engram_gate (which imports the backward for autograd)."""
+    *_, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp)
+    inputs = {"h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k}
+    bound = SCHEMA.bind(inputs)
+    outs = SCHEMA.outputs(_arrays.namespace(h), h, bound, out, inputs)
+    if h.numel():
+        SCHEMA.launch(key, bound.device, (h, k, v, w_h, w_k, *outs), (eps, clamp), bound.dims)
+    return tuple(outs)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
 from ._engram_args import _INF, _INPUTS, check_shapes
-from ._engram_gate_save import SCHEMA as _SAVE
+from ._engram_gate_save import forward_saved as _forward_saved
 from ._schema import OpSchema
 
 if TYPE_CHECKING:
@@ -219,18 +219,6 @@ def _forward(key, h, k, v, w_h, w_k, eps, clamp, out, return_gate=False):
     if type(h) is _arrays.Tensor and h.dim() == 2 and dims["MV"] == dims["M"] and w_h.dim() == 1:
         _lib.learn((_OP, h.dtype), handle)
     return y, gate
-
-
-def _forward_saved(key, h, k, v, w_h, w_k, eps, clamp, out):
-    """The engram_gate_save launch: ``(out, dot, g, rstd_h, rstd_k)`` (`out` None or that
-    5-tuple). Validated as `_forward`; no short path (training calls, one per step)."""
-    *_, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp)
-    inputs = {"h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k}
-    bound = _SAVE.bind(inputs)
-    outs = _SAVE.outputs(_arrays.namespace(h), h, bound, out, inputs)
-    if h.numel():
-        _SAVE.launch(key, bound.device, (h, k, v, w_h, w_k, *outs), (eps, clamp), bound.dims)
-    return tuple(outs)
 
 
 _FUNCTION = None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _lib, _validate
 from ._engram_args import check_inputs
+from ._engram_gate_save import forward_saved
 
 if TYPE_CHECKING:
     import torch
@@ -152,9 +153,7 @@ def engram_gate_backward(
         named.update(zip(_SAVED, saved or (), strict=False))  # the kernel reads those too
         grads, wgrads = _check_out(out, h, v, w_h, device, named)
     if saved is None and rows:  # every argument checked: the forward's statistics first
-        from .engram_gate import engram_gate
-
-        saved = engram_gate(h, k, v, w_h, w_k, eps, clamp, save_for_backward=True)[1:]
+        saved = forward_saved(key, h, k, v, w_h, w_k, eps, clamp, None)[1:]
     if rows == 0:
         for t in (*wgrads, grads[2]) if shared else wgrads:
             t.zero_()  # a sum over no rows
