@@ -1,5 +1,5 @@
 """CLI: python -m build_tools {generate,compile,compile-all,list,config,wheel,sdist,audit-wheel,
-                              merge,report,pack,archs,hip,watch}
+                              merge,report,pack,archs,hip,watch,verify-lowering-classes}
 
 generate needs tilelang + torch (CPU); compile needs only NVRTC (or nvcc) and the headers.
 """
@@ -53,6 +53,10 @@ _MODULE_COMMANDS = {
     "archs": ("build_tools.archs", "canonical form of an arch list (90, 9.0, H100 -> 90a)"),
     "hip": ("build_tools.hip", "HIP sources + manifest for gfx90a/gfx942 (docs/HIP.md)"),
     "watch": ("build_tools.watch", "print a build's progress while pip hides it (build_wheel.sh)"),
+    "verify-lowering-classes": (
+        "build_tools.verify_lowering",
+        "trace each arch of every lowering class apart; fail where a class's traces differ",
+    ),
 }
 
 
@@ -73,13 +77,21 @@ def _apply_config_option(args) -> None:
 
 
 def _list(args) -> int:
+    from build_tools.lowering import ENV_VAR, sharing_enabled, trace_count
     from build_tools.matrix import enumerate_variants, parse_archs, parse_ops
     from build_tools.userconfig import from_env
     from kernels_py import all_specs
 
     archs, ops = parse_archs(args.archs), parse_ops(args.ops)
-    for p in enumerate_variants(all_specs(), archs, ops, from_env()):
+    points = enumerate_variants(all_specs(), archs, ops, from_env())
+    for p in points:
         print(f"{p.name:40s} key={p.key_string:12s} archs={','.join(p.archs)}")
+    rows, traces = trace_count(points, share=False), trace_count(points, sharing_enabled())
+    print(
+        f"# {len(points)} variants, {rows} (variant, arch) rows, {traces} traces "
+        f"(lowering classes; {ENV_VAR}=1 traces every row)",
+        file=sys.stderr,
+    )
     return 0
 
 

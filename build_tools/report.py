@@ -71,6 +71,7 @@ def build_report(gen: Path) -> dict:
                 "arch": v["arch"],
                 "trace_seconds": trace.get("seconds"),
                 "trace_cached": trace.get("cached"),
+                "trace_shared": trace.get("shared"),  # the lowering class's traced arch
                 "cubin": cubin["cubin"],
                 "compile_seconds": cubin["compile_seconds"] if owner else 0.0,
                 "compile_cached": cubin["compile_cached"],
@@ -101,6 +102,7 @@ def _totals(rows: list[dict], cubins: list[dict]) -> dict:
         "cubins": len(cubins),
         "traced": sum(r["trace_cached"] is False for r in rows),
         "traces_from_cache": sum(r["trace_cached"] is True for r in rows),
+        "traces_shared": sum(bool(r.get("trace_shared")) for r in rows),
         "trace_seconds": sum(r["trace_seconds"] or 0.0 for r in rows),
         "compiled": sum(c["compile_cached"] is False for c in cubins),
         "cubins_from_cache": sum(c["compile_cached"] is True for c in cubins),
@@ -152,6 +154,7 @@ def to_markdown(report: dict) -> str:
         f"archs {', '.join(report['archs'])}; ops {', '.join(report['ops'])}.",
         "",
         f"- tracing: {t['traced']} traced, {t['traces_from_cache']} from cache, "
+        f"{t.get('traces_shared', 0)} shared by a lowering class, "
         f"{format_seconds(t['trace_seconds'])} of trace time",
         f"- compiling (each cubin as last built): {t['compiled']} compiled, "
         f"{t['cubins_from_cache']} from cache, {t['cubins_missing']} not built, "
@@ -174,7 +177,11 @@ def to_markdown(report: dict) -> str:
     row_cells = [
         lambda r: r["name"],
         lambda r: r["arch"],
-        lambda r: _secs(r["trace_seconds"], r["trace_cached"]),
+        lambda r: (
+            f"shared ({r['trace_shared']})"
+            if r.get("trace_shared")
+            else _secs(r["trace_seconds"], r["trace_cached"])
+        ),
         lambda r: (
             "shared" if r["cubin_shared"] else _secs(r["compile_seconds"], r["compile_cached"])
         ),
@@ -227,7 +234,8 @@ def summary_line(report: dict, markdown: Path) -> str:
     return (
         f"tileaot report: {t['rows']} rows, {t['cubins']} cubins, {_mib(t['bytes'])} MiB "
         f"({_mib(t['zipped'])} MiB zipped); traces {t['traced']} new + "
-        f"{t['traces_from_cache']} cached, cubins {t['compiled']} compiled + "
+        f"{t['traces_from_cache']} cached + {t.get('traces_shared', 0)} shared, "
+        f"cubins {t['compiled']} compiled + "
         f"{t['cubins_from_cache']} cached → {markdown}"
     )
 

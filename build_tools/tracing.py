@@ -4,6 +4,9 @@ A trace's cache key covers everything it depends on: the job (op, key, specialis
 hence the kernel symbol), the kernel module's source and the project modules it imports
 (cache.module_digest), build_tools' tracer (trace.py, cexpr.py, smem_slots.py) and the
 tilelang version.
+
+Archs of one lowering class (build_tools/lowering.py) share their representative's trace,
+and so its cache entry: a shared arch has no key of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from build_tools import work_queue
 from build_tools.cache import Cache, digest, module_digest
+from build_tools.lowering import representatives, sharing_enabled
 from build_tools.matrix import VariantPoint
 from build_tools.progress import Progress, note
 
@@ -76,10 +80,15 @@ def estimate(timings: dict[str, float], point: VariantPoint, arch: str) -> float
 
 
 def trace_all(
-    points: list[VariantPoint], jobs: int, module: str, cache: Cache
+    points: list[VariantPoint], jobs: int, module: str, cache: Cache, share: bool | None = None
 ) -> tuple[dict, dict]:
-    """({(name, arch): [signature, lowered]}, {(name, arch): {"seconds", "cached"}})."""
-    work = [(p, a) for p in points for a in p.archs]
+    """({(name, arch): [signature, lowered]}, {(name, arch): {"seconds", "cached"}}).
+
+    `share` (None: unless $TILEAOT_TRACE_EVERY_ARCH): trace one arch per lowering class and
+    give its trace to the class's other archs (their stats: {"shared": representative})."""
+    share = sharing_enabled() if share is None else share
+    reps = {p.name: representatives(p, share) for p in points}
+    work = [(p, a) for p in points for a in dict.fromkeys(reps[p.name].values())]
     traced, stats, todo = {}, {}, []
     timings = cache.timings()
     for point, arch in work:
@@ -92,13 +101,26 @@ def trace_all(
             todo.append((point, arch, key))
     if todo:
         _trace_missing(todo, jobs, module, cache, timings, traced, stats)
+    shared = _share_traces(points, reps, traced, stats)
     line = (
-        f"tileaot generate: traced {len(todo)}, from cache {len(work) - len(todo)} "
-        f"(cache: {cache.root})"
+        f"tileaot generate: traced {len(todo)}, from cache {len(work) - len(todo)}, "
+        f"shared by a lowering class {shared} (cache: {cache.root})"
     )
     print(line, file=sys.stderr)
     note(line)
     return traced, stats
+
+
+def _share_traces(points, reps: dict, traced: dict, stats: dict) -> int:
+    """Fill in the archs that use another arch's trace; how many there are."""
+    count = 0
+    for p in points:
+        for arch, rep in reps[p.name].items():
+            if arch != rep:
+                traced[(p.name, arch)] = traced[(p.name, rep)]
+                stats[(p.name, arch)] = {"seconds": 0.0, "cached": None, "shared": rep}
+                count += 1
+    return count
 
 
 def _trace_missing(todo, jobs, module, cache, timings, traced, stats) -> None:

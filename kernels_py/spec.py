@@ -17,6 +17,10 @@ Conventions the generator and runtime rely on:
   a variant only matches calls that satisfy them, and the Python layer reports violations.
 * ``spec_error(key, spec)`` says why a specialisation cannot be built (a one-line reason), or
   None: config tools check asked-for sizes with it before tracing.
+* ``lowering_classes`` groups archs whose traces of a variant are identical (device source,
+  launch facts, signature): the build traces one arch of a group and compiles that source for
+  every arch of it (build_tools/lowering.py). Default: every arch traced on its own.
+  ``python -m build_tools verify-lowering-classes`` checks a declaration by tracing each arch.
 """
 
 from __future__ import annotations
@@ -65,6 +69,31 @@ BUILDABLE_ARCHS = (
 )
 
 
+# Lowering classes (KernelSpec.lowering_classes): groups of archs whose lowering of a variant
+# is identical. Only default archs appear: a group holds archs that verify-lowering-classes has
+# traced and compared; any other arch (sm_86, sm_103a, a HIP target) is traced on its own.
+EVERY_ARCH_SEPARATE: tuple[tuple[str, ...], ...] = ()
+ALL_CUDA_SAME: tuple[tuple[str, ...], ...] = (DEFAULT_ARCHS,)
+BY_GENERATION: tuple[tuple[str, ...], ...] = (
+    ("sm_70", "sm_75"),
+    ("sm_80", "sm_90a"),
+    ("sm_100f", "sm_120f"),
+)
+
+# Some fp32 vector arithmetic is packed in pairs (tl::add2 and friends) from sm_100 on.
+SPLIT_AT_SM100: tuple[tuple[str, ...], ...] = (
+    ("sm_70", "sm_75", "sm_80", "sm_90a"),
+    ("sm_100f", "sm_120f"),
+)
+# Kernels of one prim_func chained with programmatic dependent launch from sm_90 on.
+SPLIT_AT_SM90: tuple[tuple[str, ...], ...] = (
+    ("sm_70", "sm_75", "sm_80"),
+    ("sm_90a", "sm_100f", "sm_120f"),
+)
+
+ArchGroups = tuple[tuple[str, ...], ...]
+
+
 def _always(arch: str, key: Mapping[str, str], spec: Mapping[str, int]) -> bool:
     return True
 
@@ -94,8 +123,30 @@ class KernelSpec:
     constraints: Callable[[Mapping[str, str], Mapping[str, int]], dict[str, int]] = _no_constraints
     # Why a (key, spec) cannot be built, or None (e.g. a static size out of the kernel's range).
     spec_error: Callable[[Mapping[str, str], Mapping[str, int]], str | None] = _no_spec_error
+    # Archs sharing one trace: a constant above, or (key, spec) -> groups where an op's
+    # variants differ. lowering_reason says in one line why the lowering cannot differ.
+    lowering_classes: ArchGroups | Callable[[Mapping[str, str], Mapping[str, int]], ArchGroups] = (
+        EVERY_ARCH_SEPARATE
+    )
+    lowering_reason: str = ""
     doc: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def lowering_groups(self, key: Mapping[str, str], spec: Mapping[str, int]) -> ArchGroups:
+        """The declared arch groups of one variant, checked: known archs, no arch twice."""
+        groups = self.lowering_classes
+        groups = groups(key, spec) if callable(groups) else groups
+        seen: list[str] = [a for g in groups for a in g]
+        unknown = sorted(set(seen) - set(BUILDABLE_ARCHS))
+        twice = sorted({a for a in seen if seen.count(a) > 1})
+        if unknown or twice:
+            raise ValueError(
+                f"{self.op}: lowering_classes {groups!r} name unknown archs {unknown} or "
+                f"archs in two groups {twice}: each arch at most once, from BUILDABLE_ARCHS"
+            )
+        if any(len(g) > 1 for g in groups) and not self.lowering_reason:
+            raise ValueError(f"{self.op}: lowering_classes needs a lowering_reason (one line)")
+        return tuple(tuple(g) for g in groups)
 
     def key_string(self, key: Mapping[str, str]) -> str:
         return ",".join(short(v) for v in key.values())

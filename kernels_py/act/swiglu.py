@@ -40,7 +40,7 @@ otherwise get 32-byte accesses, see docs/ADDING_AN_OP.md).
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("bfloat16", "float16", "float32")
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -324,6 +324,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"H": h} for h in STATIC_H), *({"H": h} for h in ZOO_H)),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     supports=_supports,
     doc="y = silu(x[:, :H]) * x[:, H:] (fp32 math); x[M, 2H] -> y[M, H].",
 )

@@ -51,7 +51,7 @@ aligned). Loops touching global memory carry ``coalesced_width`` = one 16-byte v
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 from ..ceildiv import ceildiv
 from ..quant.quotient import inv_of, reference_scale_and_inv, scale_of
-from ..spec import KernelSpec
+from ..spec import BY_GENERATION, KernelSpec
 from .swiglu import silu_mul
 
 DTYPES = ("bfloat16",)
@@ -283,6 +283,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"H": h} for h in STATIC_H)),
     reference=reference,
+    lowering_classes=BY_GENERATION,
+    lowering_reason="block reductions: named barrier from sm_80; fp32 pairs packed from sm_100",
     constraints=_constraints,
     doc="q, scale = e4m3 per-128-group cast of silu(x[:, :H]) * x[:, H:] (* weights[:, None]),"
     " with an optional swiglu_limit clamp; x[M, 2H] bf16.",

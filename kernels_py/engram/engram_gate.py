@@ -42,7 +42,7 @@ Every loop touching global memory carries ``coalesced_width`` = one 16-byte vect
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 import math
 
-from ..spec import KernelSpec
+from ..spec import BY_GENERATION, KernelSpec
 
 DTYPES = ("bfloat16", "float32")
 ITEMSIZE = {"bfloat16": 2, "float32": 4}
@@ -405,6 +405,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"H": n} for n in STATIC_H)),
     reference=reference,
+    lowering_classes=BY_GENERATION,
+    lowering_reason="block reductions: named barrier from sm_80; fp32 pairs packed from sm_100",
     doc="TileKernels' engram gate: out = h + sigmoid(signed_sqrt(max(|s|, clamp))) * v, "
     "s = <rmsnorm(h) w_h, rmsnorm(k) w_k> / sqrt(H); h, k [M, H], v [M, H] or shared by runs of "
     "rows [MV, H], w_h, w_k [GW, H] (per branch, or GW = 1); also the gate [M] (fp32).",

@@ -58,7 +58,7 @@ the grad_h / grad_k stores are 8 bytes wide (still whole 32-byte sectors per war
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 import math
 
-from ..spec import KernelSpec
+from ..spec import BY_GENERATION, KernelSpec
 from .engram_gate import (
     DTYPES,
     ITEMSIZE,
@@ -491,6 +491,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"H": n} for n in STATIC_H)),
     reference=reference,
+    lowering_classes=BY_GENERATION,
+    lowering_reason="block reductions: named barrier from sm_80; fp32 pairs packed from sm_100",
     doc="(grad_h, grad_k, grad_v, grad_w_h, grad_w_k fp32) of engram_gate from the forward's "
     "saved (dot, g, rstd_h, rstd_k) (TileKernels' semantics: weights [GW, H], clamp); "
     "scratch partial[B, H] fp32 (B blocks, a multiple of GW; "

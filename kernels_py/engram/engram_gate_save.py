@@ -31,6 +31,10 @@ SPEC = KernelSpec(
     keys=engram_gate.SPEC.keys,
     specs=engram_gate.SPEC.specs,
     reference=reference,
+    # engram_gate's kernels with three more stores: its declaration holds for them too
+    # (verified: build_tools verify-lowering-classes --ops 'engram_gate_save*').
+    lowering_classes=engram_gate.SPEC.lowering_classes,
+    lowering_reason=engram_gate.SPEC.lowering_reason,
     doc="engram_gate that also saves TileKernels' backward statistics: (out, dot, g, rstd_h, "
     "rstd_k), dot the raw sum(h * w_h * k * w_k), rstd_* the reciprocal RMS of h and k "
     "(fp32 [M] each).",

@@ -22,7 +22,7 @@ indices. Variants: generic (every size at run time) and TileKernels' default ``N
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("int32",)
 THREADS = 128
@@ -109,6 +109,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *STATIC),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="output[L, T, (N-1)*E] = (XOR-running n-gram hash of ngram_token_ids[T, N] with "
     "multipliers[L, N]) mod vocab_sizes[L, N-1, E] + offsets[L, (N-1)*E] (int32).",
 )

@@ -29,7 +29,7 @@ row pitch: TMA descriptors and 16-byte cp.async need it).
 
 from dataclasses import dataclass
 
-from ..spec import KernelSpec
+from ..spec import EVERY_ARCH_SEPARATE, KernelSpec
 
 DTYPES = ("bfloat16", "float16")
 SM80_CLASS = ("sm_80", "sm_86", "sm_89")
@@ -118,6 +118,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *STATIC_NK),
     reference=reference,
+    lowering_classes=EVERY_ARCH_SEPARATE,
+    lowering_reason="tiles chosen per arch, wgmma on sm_90a: every arch lowers differently",
     supports=_supports,
     constraints=_constraints,
     doc="c[M, N] = a[M, K] @ b[N, K].T, fp32 accumulation, output in the input dtype.",

@@ -40,7 +40,7 @@ aligned (the Python layer checks).
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("float8_e4m3fn", "bfloat16", "float16", "float32")
 ITEMSIZE = {"float8_e4m3fn": 1, "bfloat16": 2, "float16": 2, "float32": 4}
@@ -186,5 +186,7 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="y[b, c, r] = x[b, r, c]: contiguous transpose of the last two dims, bit-exact.",
 )

@@ -18,7 +18,7 @@ T.Parallel over fragments (fast to trace, bench/results/build-2026-12-02-tracing
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 THREADS = 128
 VEC = 8  # bf16 elements per 16-byte vector
@@ -104,5 +104,7 @@ SPEC = KernelSpec(
     keys=({"dtype": "bfloat16"},),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="mHC expand: R copies of each row, [T, H] -> [T, R, H] (bf16, bit-exact).",
 )

@@ -13,7 +13,7 @@ one 16-byte store. Element accesses when ``H % 8 != 0``. One generic variant (R,
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .expand_to_mhc import COLS, ROWS, THREADS, VEC, Tile
 
 
@@ -116,5 +116,7 @@ SPEC = KernelSpec(
     keys=({"dtype": "bfloat16"},),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="grad of expand_to_mhc: float32 sum of the R copies' gradients, [T, R, H] -> [T, H].",
 )

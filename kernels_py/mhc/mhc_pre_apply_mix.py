@@ -14,7 +14,7 @@ The kernel is expand_to_mhc_backward's weighted (kernels_py/mhc/expand_to_mhc_ba
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .expand_to_mhc import COLS, ROWS, THREADS
 from .expand_to_mhc_backward import stream_sum_macro
 
@@ -57,5 +57,7 @@ SPEC = KernelSpec(
     keys=({"dtype": "bfloat16"},),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="mHC pre-mix: out = sum_r mix[r] * x[r], [T, R, H] bf16 x [T, R, 1] fp32 -> [T, H] bf16.",
 )

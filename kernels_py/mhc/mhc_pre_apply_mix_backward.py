@@ -15,7 +15,7 @@ written per thread.
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .expand_to_mhc import COLS, THREADS, VEC
 
 WARPS = THREADS // 32
@@ -117,5 +117,7 @@ SPEC = KernelSpec(
     keys=({"dtype": "bfloat16"},),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="grads of mhc_pre_apply_mix: grad_x = bf16(mix * grad_out), grad_mix = sum_h grad_out * x.",
 )

@@ -32,7 +32,7 @@ same instructions on zeros so that every shuffle has all its lanes; they store n
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 import math
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 THREADS = 128
 STATIC_N = (4, 8)
@@ -255,6 +255,8 @@ SPEC = KernelSpec(
     keys=({"dtype": "float32"},),
     specs=({}, *({"N": n} for n in STATIC_N)),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="TileKernels' sinkhorn: softmax rows + eps, columns, then (rows, columns) x (repeat - 1); "
     "[T, N, N].",
 )

@@ -24,7 +24,7 @@ N = 4 (the forward: 20); any ``repeat`` works, nothing is capped.
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .sinkhorn_normalize import STATIC_N, THREADS, RowOps, lanes, sinkhorn
 
 CKPT_REGS = 64  # checkpoint registers per lane; S = CKPT_REGS // lanes pairs per segment
@@ -148,5 +148,7 @@ SPEC = KernelSpec(
     keys=({"dtype": "float32"},),
     specs=({}, *({"N": n} for n in STATIC_N)),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="grad_logits of sinkhorn_normalize (recomputed forward, checkpointed); [T, N, N].",
 )

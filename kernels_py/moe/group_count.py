@@ -17,7 +17,7 @@ are exact integers: the order of the atomics does not matter.
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("int32",)
 THREADS = 256
@@ -106,5 +106,7 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="counts[G] = how many entries of group_idx[T, K] hold each group (negatives ignored).",
 )

@@ -57,7 +57,7 @@ layout inference of tile loops made tracing several times slower.
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import SPLIT_AT_SM90, KernelSpec
 
 DTYPES = ("bfloat16", "float8_e4m3fn")
 ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1}
@@ -625,6 +625,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"E": e} for e in SPEC_E)),
     reference=reference,
+    lowering_classes=SPLIT_AT_SM90,
+    lowering_reason="its kernels chain with PDL from sm_90 on; nothing else depends on the arch",
     constraints=_constraints,
     doc="x_sorted[token_pos[t, j]] = x[t], rows grouped by expert idx[t, j], groups padded "
     "to a multiple of alignment; expert_offsets[E + 1]; fp8 scales carried along.",

@@ -30,7 +30,7 @@ otherwise emit 32-byte accesses on sm_100a (32-byte alignment needed).
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, SPLIT_AT_SM100, KernelSpec
 
 DTYPES = ("bfloat16", "float32")
 ITEMSIZE = {"bfloat16": 2, "float32": 4}
@@ -242,6 +242,12 @@ def reference(y_sorted, token_pos, weights=None, out_dtype=None):
     return acc.to(out_dtype or y_sorted.dtype)
 
 
+def _lowering_classes(key, spec):
+    """TileLang 0.1.15 packs the sum mode's plain fp32 vector adds into tl::add2 from sm_100
+    on; the weighted mode's multiply-adds it leaves alone, so they lower alike everywhere."""
+    return SPLIT_AT_SM100 if key["mode"] == "sum" else ALL_CUDA_SAME
+
+
 SPEC = KernelSpec(
     op="moe_reduce",
     factory=factory,
@@ -250,6 +256,8 @@ SPEC = KernelSpec(
     ),
     specs=({},),
     reference=reference,
+    lowering_classes=_lowering_classes,
+    lowering_reason="per-thread code; the sum mode's fp32 adds are packed in pairs from sm_100",
     doc="out[t] = sum_j weights[t, j] * y_sorted[token_pos[t, j]] (fp32 accumulation), "
     "token_pos -1 skipped; weighted or plain sum; bf16/fp32 in and out.",
 )

@@ -15,7 +15,7 @@ then the row re-read (from L1) and divided. One generic variant.
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("float32",)
 THREADS = 128
@@ -73,6 +73,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="denominator, normalized_weights = the row sums of topk_weights[T, K] (from 1e-20) and "
     "the weights divided by them.",
 )

@@ -53,7 +53,7 @@ no ``ep_rank``: it only picks a duplicate there) and ``unmapped_topk_idx``. Indi
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .order_key import INT_MIN, key, value
 
 DTYPES = ("float32",)
@@ -345,6 +345,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d, "scoring": s} for d in DTYPES for s in SCORINGS),
     specs=({}, *({"E": e} for e in STATIC_E)),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     spec_error=spec_error,
     doc="idx, weights = DeepSeek-V3's router on logits[T, E]: sigmoid + bias selection, "
     "group-limited top-k (top-2 sums), renormalised and scaled weights, shared experts, EP/TP.",

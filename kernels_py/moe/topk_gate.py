@@ -85,7 +85,7 @@ bits (one bucket, ``key >> B``).
 from types import SimpleNamespace
 
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("float32",)
 SCORINGS = ("softmax", "sigmoid")
@@ -571,6 +571,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d, "scoring": s} for d in DTYPES for s in SCORINGS),
     specs=({}, *({"E": e} for e in STATIC_E)),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     spec_error=spec_error,
     doc="idx, weights = top-k experts of scores[T, E] (ties: smaller index) with softmax or "
     "sigmoid weights, optionally renormalised over the k picks.",

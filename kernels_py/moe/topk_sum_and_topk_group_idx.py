@@ -21,7 +21,7 @@ there. One generic variant: G <= 32 (a lane per group), S, K and n at run time.
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .order_key import INT_MIN, key, value
 
 DTYPES = ("float32",)
@@ -103,6 +103,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="group_idx = the K groups of scores[T, G, S] with the largest top-1 or top-2 sums "
     "(ties: smaller group, NaN first).",
 )

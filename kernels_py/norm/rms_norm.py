@@ -23,7 +23,7 @@ address is taken). The kernels assume 16-byte aligned base pointers.
 
 # No "from __future__ import annotations": TileLang evaluates the prim_func annotations
 # (T.Tensor((M, n), dtype)) eagerly and needs the factory's local variables.
-from ..spec import KernelSpec
+from ..spec import BY_GENERATION, KernelSpec
 
 DTYPES = ("bfloat16", "float16", "float32")
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -239,6 +239,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"N": n} for n in STATIC_N), *({"N": n} for n in ZOO_N)),
     reference=reference,
+    lowering_classes=BY_GENERATION,
+    lowering_reason="block reductions: named barrier from sm_80; fp32 pairs packed from sm_100",
     supports=_supports,
     doc="y = x * rsqrt(mean(x^2, -1) + eps) * weight (fp32 math); x[M, N], weight[N].",
 )

@@ -23,7 +23,7 @@ and two multiplies (by 2^126, then by the scale) give the value, each exact.
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 OUT_DTYPES = ("bfloat16", "float32")
 GROUPS = {"g16": 16, "g32": 32}
@@ -151,6 +151,8 @@ SPEC = KernelSpec(
     ),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     constraints=_constraints,
     doc="out = e2m1(q) * scale per 16/32 columns (UE8M0 or E4M3 scale), bf16 or fp32 out.",
 )

@@ -30,7 +30,7 @@ of more than 65535 row tiles into several launches.
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 OUT_DTYPES = ("bfloat16", "float32")
 LAYOUTS = ("g128", "token", "block128", "g32", "g64")
@@ -196,6 +196,8 @@ SPEC = KernelSpec(
     keys=tuple({"out": o, "layout": lay} for o in OUT_DTYPES for lay in LAYOUTS),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     constraints=_constraints,
     doc="x = float(q) * scale (e4m3 -> bf16/fp32); per-128/64/32-group, per-token or 128x128"
     " scales.",

@@ -33,7 +33,7 @@ elsewhere. The reference (torch) propagates NaN into the scale. Finite inputs ar
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from .quotient import inv_of, reference_scale_and_inv, scale_of
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -185,6 +185,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({}, *({"N": n} for n in STATIC_N)),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     doc="q, scale = e4m3fn(x * RN(448/amax)), amax/448 (or its power-of-two ceiling) per"
     " 128x128 block, as TileKernels' per_block_cast; x[M, N] any M, N.",
 )

@@ -54,7 +54,7 @@ The kernels assume 16-byte aligned base pointers (the Python layer checks them).
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("bfloat16", "float16", "float32")
 GROUPS = {"g16": 16, "g32": 32}
@@ -340,6 +340,8 @@ SPEC = KernelSpec(
     ),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="no block-wide reduction, PDL or arch choice: one source on every arch",
     constraints=_constraints,
     doc="q, scale = e2m1(x / scale) packed 2 per byte, UE8M0 or E4M3 scale per 16/32 columns.",
 )

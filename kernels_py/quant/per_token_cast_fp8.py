@@ -45,7 +45,7 @@ alignment needed; fp32 broadcasts miscompile).
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, BY_GENERATION, KernelSpec
 from .quotient import inv_of, reference_scale_and_inv, scale_of
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -250,12 +250,20 @@ def _constraints(key, spec) -> dict[str, int]:
     return {"N": width} if width and not spec else {}
 
 
+def _lowering_classes(key, spec):
+    """The token mode's block-wide amax takes a named barrier from sm_80 on (TileLang 0.1.15);
+    the group modes reduce within a warp and lower alike everywhere."""
+    return BY_GENERATION if key["group"] == "token" else ALL_CUDA_SAME
+
+
 SPEC = KernelSpec(
     op="per_token_cast_fp8",
     factory=factory,
     keys=tuple({"dtype": d, "group": g} for d in DTYPES for g in GROUPS_MODES),
     specs=({}, {"N": 4096}, {"N": 7168}),
     reference=reference,
+    lowering_classes=_lowering_classes,
+    lowering_reason="groups: warp-wide amax, one source; token: block-wide amax, by generation",
     supports=_supports,
     constraints=_constraints,
     doc="q, scale = e4m3fn(x * RN(448/amax)), amax/448 (or its power-of-two ceiling) per"
