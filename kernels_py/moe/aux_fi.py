@@ -16,7 +16,7 @@ TileKernels' kernel, which adds per-block quotients with float atomics). One gen
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 from . import group_count
 
 DTYPES = ("int32",)
@@ -78,5 +78,8 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="group_count's histogram plus per-thread division: no block-wide "
+    "reduction, PDL or arch choice",
     doc="out[E] = count of each expert in topk_idx[T, K] * E / (T * num_aux_topk), float32.",
 )

@@ -17,7 +17,7 @@ One generic variant.
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..ceildiv import ceildiv
-from ..spec import KernelSpec
+from ..spec import ALL_CUDA_SAME, KernelSpec
 
 DTYPES = ("int32",)
 THREADS = 256
@@ -77,5 +77,7 @@ SPEC = KernelSpec(
     keys=tuple({"dtype": d} for d in DTYPES),
     specs=({},),
     reference=reference,
+    lowering_classes=ALL_CUDA_SAME,
+    lowering_reason="per-thread integer compares: no reduction, PDL or arch choice",
     doc="out[T, K] = group_indices with each value repeated to its left in the row set to -1.",
 )
