@@ -158,6 +158,22 @@ def _group_count(t: int, k: int, g: int):
     return make
 
 
+def _aux_fi(t: int, k: int, e: int):
+    def make(tk):
+        x = torch.randint(-1, e, (t, k), device="cuda")  # int64, as TileKernels takes
+        return lambda: tk.moe.aux_fi(x, e, k)
+
+    return make
+
+
+def _unique_groups(t: int, k: int, g: int):
+    def make(tk):
+        x = torch.randint(-1, g, (t, k), device="cuda")  # int64; deduplicated in place, the
+        return lambda: tk.moe.inplace_unique_group_indices(x, g)  # repeats then stay -1s
+
+    return make
+
+
 def _moe_reduce(t: int, h: int, k: int, weighted: bool = True):
     def make(tk):
         y = _bf16(t * k, h)
@@ -440,6 +456,12 @@ CASES: list[Case] = [
     *_op("group_count",
          ("group_count e256 k8", "32768x8", _group_count(32768, 8, 256)),
          ("group_count e256 k8", "4096x8", _group_count(4096, 8, 256))),
+    *_op("aux_fi",
+         ("aux_fi e256 k8", "32768x8", _aux_fi(32768, 8, 256)),
+         ("aux_fi e256 k8", "4096x8", _aux_fi(4096, 8, 256))),
+    *_op("inplace_unique_group_indices",
+         ("inplace_unique_group_indices g8 k4", "32768x4", _unique_groups(32768, 4, 8)),
+         ("inplace_unique_group_indices g8 k4", "4096x4", _unique_groups(4096, 4, 8))),
     *_op("moe_reduce",
          ("moe_reduce bf16 weighted", "32768x7168 k8", _moe_reduce(32768, 7168, 8)),
          ("moe_reduce bf16 sum", "32768x7168 k8", _moe_reduce(32768, 7168, 8, weighted=False)),

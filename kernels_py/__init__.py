@@ -19,6 +19,8 @@ OP_MODULES = (
     "kernels_py.moe.normalize_weight",
     "kernels_py.moe.mask_indices_by_tp",
     "kernels_py.moe.group_count",
+    "kernels_py.moe.aux_fi",
+    "kernels_py.moe.inplace_unique_group_indices",
     "kernels_py.act.swiglu",
     "kernels_py.act.swiglu_per_token_cast_fp8",
     "kernels_py.layout.transpose",

@@ -759,6 +759,56 @@ def group_count(d: Draw) -> Call:
     return c
 
 
+def aux_fi(d: Draw) -> Call:
+    """Written from tileaot.aux_fi's docstring: int32 [T, K] indices (negatives and indices
+    >= E not counted), E >= 0, num_aux_topk >= 1; float32 count * E / (T * num_aux_topk);
+    E = 0 or no indices launches nothing."""
+    t, k, e = d.size(40), d.size(10), d.pick([0, 1, 7, 256, 8192, 8200])
+    a = d.pick([1, 2, 8, 2**31 - 1])
+    topk_idx = d.randint(-2, e + 2, (t, k))
+    c = Call(
+        {"topk_idx": topk_idx, "num_experts": e, "num_aux_topk": a},
+        [((e,), FP32)],
+        e > 0 and t * k > 0,  # no indices: zeros without a launch
+        bad={
+            "num_experts": [-1, 2**31, 1.0, "8", True, None],
+            "num_aux_topk": [0, -1, 2**31, 1.0, None],
+        },
+    )
+    d.outs(c, [("out", (e,), FP32)], pair=False)
+    c.slot(("topk_idx",), "topk_idx", (I32,), ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_aux_fi.py
+        # the reference on the CPU: torch on CUDA divides by a Python int via its reciprocal
+        _same_bits([result.cpu()], [_ref("moe.aux_fi")(topk_idx.cpu(), e, a)])
+
+    c.check = check
+    return c
+
+
+def inplace_unique_group_indices(d: Draw) -> Call:
+    """Written from tileaot.inplace_unique_group_indices' docstring: int32 [T, K] indices,
+    each repeat of a value to its left in the row becomes -1 (negatives compared too);
+    num_groups in [0, 2**31) unused; no entry launches nothing."""
+    t, k, g = d.size(40), d.size(10), d.pick([0, 1, 8, 2**31 - 1])
+    group_indices = d.randint(-3, 6, (t, k))  # few values: many repeats
+    c = Call(
+        {"group_indices": group_indices, "num_groups": g},
+        [((t, k), I32)],
+        t * k > 0,
+        bad={"num_groups": [-1, 2**31, 1.0, "8", True, None]},
+    )
+    out = d.outs(c, [("out", (t, k), I32)], pair=False)
+    c.slot(("group_indices",), "group_indices", (I32,), (0, 1) if out else ())
+
+    def check(result: Any) -> None:  # tests/test_gpu_inplace_unique_group_indices.py
+        want = _ref("moe.inplace_unique_group_indices")(group_indices)
+        assert torch.equal(result, want)
+
+    c.check = check
+    return c
+
+
 def engram_hash(d: Draw) -> Call:
     """Written from tileaot.engram_hash's docstring: int32 ids [T, N] (N >= 2), int64
     multipliers [L, N], int32 vocab_sizes [L, N - 1, E] and offsets [L, (N - 1) * E]; an
@@ -1010,6 +1060,8 @@ BUILDERS = {
         normalize_weight,
         mask_indices_by_tp,
         group_count,
+        aux_fi,
+        inplace_unique_group_indices,
         engram_hash,
         moe_expand,
         moe_reduce,

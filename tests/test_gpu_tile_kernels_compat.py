@@ -263,6 +263,24 @@ def test_mask_indices_by_tp_and_group_count(m, dtype):
             _same(got, _tk("moe").mask_indices_by_tp(idx, 256, ep, tp_rank, tp), (ep, tp_rank))
     _poison()
     _same(_compat().moe.group_count(idx, 256), _tk("moe").group_count(idx.long(), 256), m)
+    _poison()
+    # TileKernels' reference on the CPU: torch on CUDA divides by a Python int via its reciprocal
+    want = _tk("moe").aux_fi(idx.long().cpu(), 256, 8).cuda()
+    _same(_compat().moe.aux_fi(idx, 256, 8), want, m)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("m", TOKENS)
+def test_inplace_unique_group_indices(m, dtype):
+    """In place, as TileKernels: repeats (and repeated -5s) become -1, -1 slots stay."""
+    g = torch.Generator(device="cuda").manual_seed(m)
+    ours = torch.randint(-1, 8, (m, 4), device="cuda", generator=g).to(dtype)
+    ours[::7] = -5
+    theirs = ours.clone()
+    _poison()
+    assert _compat().moe.inplace_unique_group_indices(ours, 8) is None
+    _tk("moe").inplace_unique_group_indices(theirs, 8)
+    _same(ours, theirs, m)
 
 
 def _mhc_inputs(t: int, r: int, h: int, seed: int):

@@ -271,6 +271,24 @@ CASES = [
         [(I32, (64,))],
     ),
     (
+        "aux_fi-int64",
+        lambda: moe.aux_fi(IDX64, 64, 6),
+        lambda: tileaot.aux_fi(IDX32, 64, 6),
+        [(F32, (64,))],
+    ),
+    (
+        "inplace_unique_group_indices-int32",  # in place: the case returns the tensor it gave
+        lambda: (moe.inplace_unique_group_indices(x := IDX32.clone(), 64), x)[1],
+        lambda: tileaot.inplace_unique_group_indices(IDX32, 64),
+        [(I32, (8, 6))],
+    ),
+    (
+        "inplace_unique_group_indices-int64",
+        lambda: (moe.inplace_unique_group_indices(x := IDX64.clone(), 64), x)[1],
+        lambda: tileaot.inplace_unique_group_indices(IDX32, 64),
+        [(torch.int64, (8, 6))],
+    ),
+    (
         "expand_to_mhc",
         lambda: ops.expand_to_mhc(HID, 4),
         lambda: tileaot.expand_to_mhc(HID, 4),
@@ -373,7 +391,9 @@ def _stand_ins() -> dict:
     from kernels_py.mhc import mhc_post as mp
     from kernels_py.mhc import mhc_pre_apply_mix as pam
     from kernels_py.mhc import sinkhorn_normalize as sk
+    from kernels_py.moe import aux_fi as af
     from kernels_py.moe import group_count as gc
+    from kernels_py.moe import inplace_unique_group_indices as ug
     from kernels_py.moe import mask_indices_by_tp as mi
     from kernels_py.moe import moe_reduce as mr
     from kernels_py.moe import normalize_weight as nw
@@ -412,6 +432,8 @@ def _stand_ins() -> dict:
         "normalize_weight": _no_out(nw.reference),
         "mask_indices_by_tp": _no_out(mi.reference),
         "group_count": _no_out(gc.reference),
+        "aux_fi": _no_out(af.reference),
+        "inplace_unique_group_indices": _no_out(ug.reference),
         "expand_to_mhc": _no_out(ex.reference),
         "mhc_pre_apply_mix": _no_out(pam.reference),
         "mhc_post": _no_out(mp.reference),
@@ -467,6 +489,8 @@ def _tk_cases():
     sink = torch.randn(9, 4, 4, generator=g)
     grouped = _edgy(129, 64, F32, 7).round().view(129, 8, 8)  # rounded: tied sums
     idx = torch.randint(-1, 256, (129, 8), generator=g)  # int64, as TileKernels' routers
+    groups = torch.randint(-1, 8, (129, 4), generator=g)
+    groups[5] = -5
     hidden = _edgy(6, 512, seed=9).view(2, 3, 512)
     router = (logits, bias, 8, 4, 8, True, 1, 2.5, 1, 4, 1, 2, "sigmoid")
     ngrams = torch.randint(0, 2**31 - 1, (129, 4), generator=g, dtype=I32)
@@ -565,6 +589,21 @@ def _tk_cases():
             lambda: tk("moe").group_count(idx, 256),
         ),
         (
+            "aux_fi-int64",
+            lambda: moe.aux_fi(idx, 256, 8),
+            lambda: tk("moe").aux_fi(idx, 256, 8),
+        ),
+        (
+            "inplace_unique_group_indices-int64",  # repeats, -1s and a repeated -5
+            lambda: (moe.inplace_unique_group_indices(a := groups.clone(), 8), a)[1],
+            lambda: (tk("moe").inplace_unique_group_indices(b := groups.clone(), 8), b)[1],
+        ),
+        (
+            "inplace_unique_group_indices-int32",
+            lambda: (moe.inplace_unique_group_indices(a := groups.int(), 8), a)[1],
+            lambda: (tk("moe").inplace_unique_group_indices(b := groups.int(), 8), b)[1],
+        ),
+        (
             "expand_to_mhc",
             lambda: ops.expand_to_mhc(hidden, 4),
             lambda: tk("mhc").expand_to_mhc_ref(hidden, 4),
@@ -577,7 +616,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 20  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 23  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -784,6 +823,16 @@ NOT_SERVED += [
     (
         lambda: moe.group_count(IDX32.to(torch.uint8), 64),
         "group_count: group_idx.dtype=torch.uint8",
+        " (served: torch.int32, torch.int64)",
+    ),
+    (
+        lambda: moe.aux_fi(IDX32.short(), 64, 6),
+        "aux_fi: topk_idx.dtype=torch.int16",
+        " (served: torch.int32, torch.int64)",
+    ),
+    (
+        lambda: moe.inplace_unique_group_indices(IDX32.to(torch.uint8), 64),
+        "inplace_unique_group_indices: group_indices.dtype=torch.uint8",
         " (served: torch.int32, torch.int64)",
     ),
     (

@@ -105,6 +105,10 @@ CASES = [
     ("mask_indices_by_tp", lambda: (idx(3, 1, 7), 7, 1, 0, 1)),
     ("group_count", lambda: (idx(6, 8, 256), 256)),
     ("group_count", lambda: (idx(3, 1, 7), 5)),
+    ("aux_fi", lambda: (idx(6, 8, 256), 256, 8)),
+    ("aux_fi", lambda: (idx(3, 1, 7), 5, 1)),
+    ("inplace_unique_group_indices", lambda: (idx(6, 4, 8), 8)),
+    ("inplace_unique_group_indices", lambda: (idx(3, 1, 7), 7)),
     (
         "engram_hash",
         lambda: (idx(6, 3, 99), t(2, 3, dtype=I64), t(2, 2, 8, dtype=I32), idx(2, 16, 9)),

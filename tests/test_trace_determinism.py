@@ -52,6 +52,8 @@ VARIANTS = (
     "normalize_weight_fp32_any",
     "mask_indices_by_tp_i32_any",
     "group_count_i32_any",
+    "aux_fi_i32_any",
+    "inplace_unique_group_indices_i32_any",
     "expand_to_mhc_bf16_any",
     "expand_to_mhc_backward_bf16_any",
     "mhc_pre_apply_mix_bf16_any",

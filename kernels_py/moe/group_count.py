@@ -41,31 +41,47 @@ def _kernel():
     K = T.dynamic("K")
     G = T.dynamic("G")
 
+    histogram = histogram_kernels()
+
     @T.prim_func
     def group_count(
         group_idx: T.Tensor((Tn, K), "int32"),
         counts: T.Tensor((G,), "int32"),
     ):
-        with T.Kernel(ceildiv(T, G, THREADS), threads=THREADS) as bx:
+        histogram(group_idx, counts)
+
+    return group_count
+
+
+def histogram_kernels():
+    """A ``T.macro`` of the two kernels that write ``counts[G]`` = the histogram of
+    ``group_idx[Tn, K]`` (entries outside ``[0, G)`` not counted); `aux_fi` counts with it too."""
+    import tilelang.language as T
+
+    @T.macro
+    def histogram(group_idx, counts):
+        # sizes read off the buffers where used: a local name would rename them in the source
+        with T.Kernel(ceildiv(T, counts.shape[0], THREADS), threads=THREADS) as bx:
             g = bx * THREADS + T.get_thread_binding()
-            if g < G:
+            if g < counts.shape[0]:
                 counts[g] = 0
-        with T.Kernel(ceildiv(T, Tn * K, CHUNK), threads=THREADS) as bx:
+        entries = group_idx.shape[0] * group_idx.shape[1]
+        with T.Kernel(ceildiv(T, entries, CHUNK), threads=THREADS) as bx:
             tx = T.get_thread_binding()
             hist = T.alloc_shared((MAX_GROUPS,), "int32")
             v = T.alloc_var("int32")
-            bins = T.min(G, MAX_GROUPS)
+            bins = T.min(counts.shape[0], MAX_GROUPS)
             for r in T.serial(T.ceildiv(bins, THREADS)):
                 if r * THREADS + tx < bins:
                     hist[r * THREADS + tx] = 0
             T.sync_threads()
             for it in T.unroll(ITEMS):
                 e = bx * CHUNK + it * THREADS + tx
-                if e < Tn * K:
-                    v = group_idx[e // K, e % K]
+                if e < entries:
+                    v = group_idx[e // group_idx.shape[1], e % group_idx.shape[1]]
                     if (v >= 0) & (v < bins):
                         T.atomic_add(hist[v], 1)
-                    elif (v >= bins) & (v < G):  # past the histogram: counted in place
+                    elif (v >= bins) & (v < counts.shape[0]):  # past the histogram: in place
                         T.atomic_add(counts[v], 1)
             T.sync_threads()
             for r in T.serial(T.ceildiv(bins, THREADS)):
@@ -73,7 +89,7 @@ def _kernel():
                     if hist[r * THREADS + tx] > 0:
                         T.atomic_add(counts[r * THREADS + tx], hist[r * THREADS + tx])
 
-    return group_count
+    return histogram
 
 
 def reference(group_idx, num_groups: int):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._arrays import use_stream
 from ._info import info
+from .aux_fi import aux_fi
 from .cast_back import cast_back
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
@@ -30,6 +31,7 @@ from .expand_to_mhc import expand_to_mhc
 from .expand_to_mhc_backward import expand_to_mhc_backward
 from .gemm import gemm
 from .group_count import group_count
+from .inplace_unique_group_indices import inplace_unique_group_indices
 from .mask_indices_by_tp import mask_indices_by_tp
 from .mhc_post import mhc_post
 from .mhc_post_backward import mhc_post_backward
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 # without `_C` and stay fast.
 __all__ = [
     "MoeExpandResult",
+    "aux_fi",
     "cast_back",
     "engram_gate",
     "engram_gate_backward",
@@ -68,6 +71,7 @@ __all__ = [
     "gemm",
     "group_count",
     "info",
+    "inplace_unique_group_indices",
     "mask_indices_by_tp",
     "mhc_post",
     "mhc_post_backward",

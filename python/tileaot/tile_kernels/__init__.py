@@ -17,7 +17,8 @@ Served (module: functions -> tileaot op):
   128 -> `swiglu_per_token_cast_fp8`).
 * ``moe``: ``top2_sum_gate`` (sigmoid -> `top2_sum_gate`), ``topk_gate`` (-> `topk_gate`),
   ``reduce_fused`` (-> `moe_reduce`), ``topk_sum_and_topk_group_idx``, ``normalize_weight``,
-  ``mask_indices_by_tp``, ``group_count`` (-> the ops of the same names).
+  ``mask_indices_by_tp``, ``group_count``, ``aux_fi``, ``inplace_unique_group_indices`` (-> the
+  ops of the same names; the last writes its result back into the indices, as TileKernels).
 * ``transpose``: ``transpose``, ``batched_transpose`` (-> `transpose`).
 * ``modeling.mhc.ops``: ``sinkhorn_normalize``, ``expand_to_mhc``, ``mhc_pre_apply_mix``,
   ``mhc_post`` (-> the ops of the same names, differentiable).
@@ -36,8 +37,9 @@ Differences that remain (the results are TileKernels' where a call is served):
 * Indices: tileaot's kernels write int32; ``top2_sum_gate``, ``topk_gate`` and
   ``topk_sum_and_topk_group_idx`` return them converted to int64, as TileKernels (one extra
   small copy); ``mask_indices_by_tp`` returns the dtype it was given (int32 or int64).
-  int64 index inputs (``mask_indices_by_tp``, ``group_count``) run as int32, clamped to
-  ``[-1, 2**31 - 1]`` (a copy).
+  int64 index inputs (``mask_indices_by_tp``, ``group_count``, ``aux_fi``) run as int32,
+  clamped to ``[-1, 2**31 - 1]`` (a copy); ``inplace_unique_group_indices`` runs int64 indices
+  as int32 clamped to the int32 range and writes back only the entries that became -1.
 * FP4 scales: tileaot writes UE8M0 exponent bytes; ``per_token_cast(..., "e2m1", ...)``
   returns them decoded to TileKernels' float32 (exact), and ``cast_back`` of e2m1 data
   encodes float32 scales back, refusing (ValueError) scales that are no power of two: that
@@ -50,8 +52,10 @@ Differences that remain (the results are TileKernels' where a call is served):
 * tileaot's validation raises TypeError/ValueError with one line where TileKernels asserts;
   some inputs TileKernels refuses work here (any transpose shape, fp16 cast input).
 * ``topk_gate``: ``num_topk <= 32`` (TileKernels: up to E). ``mask_indices_by_tp``:
-  ``0 <= tp_rank < num_tp_ranks``. ``group_count``: an entry ``>= num_groups`` is not counted
-  (TileKernels stops with a device assert).
+  ``0 <= tp_rank < num_tp_ranks``. ``group_count``, ``aux_fi``: an entry ``>= num_groups`` /
+  ``>= num_experts`` is not counted (TileKernels stops with a device assert); ``aux_fi`` needs
+  ``num_aux_topk >= 1``. ``inplace_unique_group_indices`` takes any group value (TileKernels'
+  kernel: below 128) and dedupes negative values too, as TileKernels' reference.
 * ``engram_gate`` is a function (TileKernels': ``EngramGateFn.apply``), with its forward's
   parameters; it returns weight gradients and refuses weights with a ``main_grad``
   attribute (TileKernels accumulates into it). The mHC functions' ``out=`` works only outside

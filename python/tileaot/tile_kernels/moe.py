@@ -14,7 +14,9 @@ import tileaot
 from ._served import not_served, require, require_none
 
 __all__ = [
+    "aux_fi",
     "group_count",
+    "inplace_unique_group_indices",
     "mask_indices_by_tp",
     "normalize_weight",
     "reduce_fused",
@@ -138,6 +140,30 @@ def group_count(group_idx: torch.Tensor, num_groups: int) -> torch.Tensor:
     clamped to ``[-1, 2**31 - 1]`` (an entry ``>= num_groups`` is not counted either way)."""
     _index_dtype("group_count", "group_idx", group_idx)
     return tileaot.group_count(_as_int32(group_idx), num_groups)
+
+
+def aux_fi(topk_idx: torch.Tensor, num_experts: int, num_aux_topk: int) -> torch.Tensor:
+    """float32 ``[num_experts]`` frequency indicators ``count * num_experts / (T *
+    num_aux_topk)`` of ``topk_idx [T, K]`` (negative entries not counted): `tileaot.aux_fi`
+    (TileKernels' reference result, bit for bit). int64 `topk_idx` (TileKernels' dtype) runs as
+    int32, clamped to ``[-1, 2**31 - 1]`` (an entry ``>= num_experts`` is not counted)."""
+    _index_dtype("aux_fi", "topk_idx", topk_idx)
+    return tileaot.aux_fi(_as_int32(topk_idx), num_experts, num_aux_topk)
+
+
+def inplace_unique_group_indices(group_indices: torch.Tensor, num_groups: int) -> None:
+    """Set each repeat of a value within a row of ``group_indices [T, K]`` to -1, in place
+    (the leftmost occurrence stays): `tileaot.inplace_unique_group_indices`, whose result is
+    written back (TileKernels' reference result, bit for bit). int64 indices run as int32
+    (values outside the int32 range clamped to it, so two such values may count as equal);
+    only the entries the op turned into -1 are written."""
+    dtype = _index_dtype("inplace_unique_group_indices", "group_indices", group_indices)
+    if dtype != torch.int64:  # int32, or not a tensor (the op's TypeError names it)
+        group_indices.copy_(tileaot.inplace_unique_group_indices(group_indices, num_groups))
+        return
+    narrow = group_indices.clamp(-_INT32_MAX - 1, _INT32_MAX).int()
+    unique = tileaot.inplace_unique_group_indices(narrow, num_groups)
+    group_indices.masked_fill_(unique != narrow, -1)
 
 
 def _index_dtype(func: str, arg: str, x: object) -> torch.dtype | None:

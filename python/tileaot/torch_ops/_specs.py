@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .._schema_torch import OpSpec, schema_fake
+from ..aux_fi import aux_fi
 from ..cast_back import cast_back
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
@@ -27,6 +28,7 @@ from ..expand_to_mhc import expand_to_mhc
 from ..expand_to_mhc_backward import expand_to_mhc_backward
 from ..gemm import gemm
 from ..group_count import group_count
+from ..inplace_unique_group_indices import inplace_unique_group_indices
 from ..mask_indices_by_tp import mask_indices_by_tp
 from ..mhc_post import mhc_post
 from ..mhc_post_backward import mhc_post_backward
@@ -108,6 +110,8 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(normalize_weight),
     _from_schema(mask_indices_by_tp),
     _from_schema(group_count),
+    _from_schema(aux_fi),
+    _from_schema(inplace_unique_group_indices),
     _from_schema(swiglu),
     _from_schema(swiglu_per_token_cast_fp8),
     _from_schema(transpose),
