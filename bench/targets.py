@@ -70,11 +70,17 @@ def cold_targets(result: dict) -> list[dict]:
     rows = (result.get("cold_start") or {}).get("rows", {})
     base, ours, warm = rows.get(TORCH_ROW), rows.get(TILEAOT_ROW), rows.get(JIT_WARM_ROW)
     extra = None if base is None or ours is None else ours - base
+    # A run with tileaot faster than the bare baseline by more than the budget says only that
+    # process starts on the machine vary more than the budget: undecided, not met.
+    noise = extra is not None and extra < -COLD_EXTRA_S
+    measured = NOT_MEASURED if extra is None else f"{extra:+.3f} s"
+    if noise:
+        measured += " (baseline slower than the run: start-to-start noise, undecided)"
     out = [
         _target(
             f"cold start ≤ {COLD_EXTRA_S:g} s beyond import torch",
-            NOT_MEASURED if extra is None else f"+{extra:.3f} s",
-            None if extra is None else extra <= COLD_EXTRA_S,
+            measured,
+            None if extra is None or noise else extra <= COLD_EXTRA_S,
         )
     ]
     name = f"cold start ≥ {COLD_VS_JIT:g}× faster than TileLang JIT, warm cache (beyond torch)"
@@ -82,7 +88,7 @@ def cold_targets(result: dict) -> list[dict]:
         return out + [_target(name, NOT_MEASURED, None)]
     warm_extra = warm - base
     ratio = "∞" if extra <= 0 else f"{warm_extra / extra:.0f}×"
-    measured = f"tileaot +{extra:.3f} s, TileLang warm +{warm_extra:.3f} s: {ratio}"
+    measured = f"tileaot {extra:+.3f} s, TileLang warm {warm_extra:+.3f} s: {ratio}"
     return out + [_target(name, measured, warm_extra >= COLD_VS_JIT * max(extra, 0.0))]
 
 
