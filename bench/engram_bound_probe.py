@@ -1,0 +1,85 @@
+"""How close engram_gate_backward's gradients sit to TileKernels' test bound (calc_diff < 1e-8),
+ours and TileKernels' own kernel on the same draws (GPU; needs tilelang + tile-kernels, e.g.
+`bash scripts/gpu_check.sh with_tilelang python bench/engram_bound_probe.py`).
+
+For each shape and seed: the data of TileKernels' engram tests (randn bf16, eps 1e-20, clamp
+1e-6), autograd of its reference as the oracle; ours fed the statistics its reference forward
+saved (as tests/test_gpu_engram_gate.py does), TileKernels' through its autograd Function.
+Prints the worst calc_diff per gradient over the seeds and how many seeds passed 1e-8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+import torch
+
+
+def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double(), y.double()
+    den = (x * x + y * y).sum()
+    return 0.0 if den == 0 else (1 - 2 * (x * y).sum() / den).item()
+
+
+def tile_kernels():
+    tilelang = importlib.import_module("tilelang")
+    sys.modules.setdefault("tilelang.utils.target", tilelang.backend.target)
+    ref = importlib.import_module("tile_kernels.torch.engram").engram_gate_ref
+    fn = importlib.import_module("tile_kernels.modeling.engram.engram_gate").engram_gate
+    return ref, fn
+
+
+def one_draw(shape, seed, ref, tk_fn):
+    import tileaot
+
+    tokens, hc, hidden = shape
+    torch.manual_seed(seed)
+    x, k = (torch.randn(tokens, hc, hidden, dtype=torch.bfloat16, device="cuda") for _ in "xk")
+    v = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+    wh, we = (torch.randn(hc, hidden, dtype=torch.bfloat16, device="cuda") for _ in "he")
+    go = torch.randn_like(x)
+    leaves = [x.clone(), k.clone(), v.clone(), wh.float(), we.float()]
+    for t in leaves:
+        t.requires_grad_(True)
+    want, *saved = ref(*leaves, 1e-6, 1e-20, save_for_backward=True)
+    saved = [t.detach().contiguous() for t in saved]
+    want.backward(go)
+    oracle = [t.grad for t in leaves]
+    ours = tileaot.engram_gate_backward(go, x, k, v[:, None], wh, we, saved=saved, clamp_value=1e-6)
+    tk_leaves = [t.clone().requires_grad_(True) for t in (x, k, v, wh, we)]
+    tk_fn(*tk_leaves, 1e-6, 1e-20).backward(go)
+    rows = {}
+    for name, a, b, o in zip("x k v wh we".split(), ours, tk_leaves, oracle, strict=True):
+        rows[name] = (calc_diff(a.reshape(o.shape), o), calc_diff(b.grad.reshape(o.shape), o))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--bound", type=float, default=1e-8)
+    args = parser.parse_args()
+    ref, tk_fn = tile_kernels()
+    shapes = [(63, 4, 4096), (257, 4, 4096), (1023, 4, 4096), (4096, 4, 4096), (1023, 1, 7168)]
+    print(f"engram_gate_backward vs autograd of TileKernels' reference, {args.seeds} seeds each")
+    print(f"{'shape':>16} grad  ours worst  ours ok  TK worst  TK ok")
+    for shape in shapes:
+        worst = {}
+        for seed in range(args.seeds):
+            for name, pair in one_draw(shape, seed, ref, tk_fn).items():
+                worst.setdefault(name, []).append(pair)
+        for name, pairs in worst.items():
+            ours = [p[0] for p in pairs]
+            theirs = [p[1] for p in pairs]
+            ok_ours = sum(d < args.bound for d in ours)
+            ok_theirs = sum(d < args.bound for d in theirs)
+            label = "x".join(map(str, shape))
+            print(f"{label:>16} {name:>4} {max(ours):10.3e} {ok_ours:4d}/{len(ours)} "
+                  f"{max(theirs):9.3e} {ok_theirs:4d}/{len(theirs)}", flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
