@@ -48,11 +48,15 @@ def one_draw(shape, seed, ref, tk_fn):
     want.backward(go)
     oracle = [t.grad for t in leaves]
     ours = tileaot.engram_gate_backward(go, x, k, v[:, None], wh, we, saved=saved, clamp_value=1e-6)
-    tk_leaves = [t.clone().requires_grad_(True) for t in (x, k, v, wh, we)]
-    tk_fn(*tk_leaves, 1e-6, 1e-20).backward(go)
+    theirs = [float("nan")] * 5  # TileKernels' backward kernel serves hc = 4 only (it asserts)
+    if tk_fn is not None and hc == 4:
+        tk_leaves = [t.clone().requires_grad_(True) for t in (x, k, v, wh, we)]
+        tk_fn(*tk_leaves, 1e-6, 1e-20).backward(go)
+        pairs = zip(tk_leaves, oracle, strict=True)
+        theirs = [calc_diff(t.grad.reshape(o.shape), o) for t, o in pairs]
     rows = {}
-    for name, a, b, o in zip("x k v wh we".split(), ours, tk_leaves, oracle, strict=True):
-        rows[name] = (calc_diff(a.reshape(o.shape), o), calc_diff(b.grad.reshape(o.shape), o))
+    for name, a, o, b in zip("x k v wh we".split(), ours, oracle, theirs, strict=True):
+        rows[name] = (calc_diff(a.reshape(o.shape), o), b)
     return rows
 
 
@@ -60,9 +64,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--bound", type=float, default=1e-8)
+    parser.add_argument("--shapes", nargs="*", default=["63x4x4096", "257x4x4096", "1023x4x4096",
+                        "4096x4x4096", "1023x1x7168"], help="TOKENSxHCxHIDDEN")  # fmt: skip
+    parser.add_argument("--ours-only", action="store_true", help="skip TileKernels' kernel")
     args = parser.parse_args()
     ref, tk_fn = tile_kernels()
-    shapes = [(63, 4, 4096), (257, 4, 4096), (1023, 4, 4096), (4096, 4, 4096), (1023, 1, 7168)]
+    tk_fn = None if args.ours_only else tk_fn
+    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes]
     print(f"engram_gate_backward vs autograd of TileKernels' reference, {args.seeds} seeds each")
     print(f"{'shape':>16} grad  ours worst  ours ok  TK worst  TK ok")
     for shape in shapes:
@@ -72,12 +80,13 @@ def main() -> int:
                 worst.setdefault(name, []).append(pair)
         for name, pairs in worst.items():
             ours = [p[0] for p in pairs]
-            theirs = [p[1] for p in pairs]
+            theirs = [p[1] for p in pairs if p[1] == p[1]]  # NaN: not run
             ok_ours = sum(d < args.bound for d in ours)
             ok_theirs = sum(d < args.bound for d in theirs)
+            tk_worst = max(theirs, default=float("nan"))
             label = "x".join(map(str, shape))
             print(f"{label:>16} {name:>4} {max(ours):10.3e} {ok_ours:4d}/{len(ours)} "
-                  f"{max(theirs):9.3e} {ok_theirs:4d}/{len(theirs)}", flush=True)  # fmt: skip
+                  f"{tk_worst:9.3e} {ok_theirs:4d}/{len(theirs)}", flush=True)  # fmt: skip
     return 0
 
 
