@@ -153,3 +153,20 @@ def misaligned(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor
 
 def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def refusals_test(cases: list[tuple]):
+    """A parametrised test over bad calls, for a test module to bind to a ``test_`` name: each
+    case ``(call, exception type, message regex)`` must raise that exception with a one-line
+    message matching the regex (a user's mistake gets a line naming the input, never a
+    traceback's worth), before any kernel lookup or launch. The module must import the
+    `fake` and `cpu_as_cuda` fixtures (their names are how pytest finds them)."""
+
+    @pytest.mark.parametrize(("call", "exc", "message"), cases)
+    def test(call, exc, message, fake, cpu_as_cuda):
+        with pytest.raises(exc, match=message) as info:
+            call()
+        assert "\n" not in str(info.value), f"a multi-line message: {info.value}"
+        assert fake.launches == [] and fake.lookups == []
+
+    return test
