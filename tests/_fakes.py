@@ -157,12 +157,15 @@ def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
 
 def refusals_test(cases: list[tuple]):
     """A parametrised test over bad calls, for a test module to bind to a ``test_`` name: each
-    case ``(call, exception type, message regex)`` must raise that exception with a one-line
-    message matching the regex (a user's mistake gets a line naming the input, never a
-    traceback's worth), before any kernel lookup or launch. The module must import the
-    `fake` and `cpu_as_cuda` fixtures (their names are how pytest finds them)."""
+    case ``(call, exception type, message regex)``, or ``(id, call, exception type, message
+    regex)`` to name it, must raise that exception with a one-line message matching the regex
+    (a user's mistake gets a line naming the input, never a traceback's worth), before any
+    kernel lookup or launch. The module must import the `fake` and `cpu_as_cuda` fixtures
+    (their names are how pytest finds them)."""
+    named = all(len(c) == 4 for c in cases)
+    ids = [c[0] for c in cases] if named else None
 
-    @pytest.mark.parametrize(("call", "exc", "message"), cases)
+    @pytest.mark.parametrize(("call", "exc", "message"), [c[-3:] for c in cases], ids=ids)
     def test(call, exc, message, fake, cpu_as_cuda):
         with pytest.raises(exc, match=message) as info:
             call()

@@ -31,6 +31,7 @@ from _fakes import (  # noqa: E402, F401  (also puts python/ on sys.path in a so
     fake,
     meta,
     misaligned,
+    refusals_test,
     t,
     tileaot,
 )
@@ -283,14 +284,7 @@ BAD_CALLS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("call", "exc", "match"), [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS]
-)
-def test_bad_input_raises_before_launch(fake, cpu_as_cuda, call, exc, match):
-    with pytest.raises(exc, match=match):
-        call()
-    assert fake.launches == []
-    assert fake.lookups == []
+test_bad_input_raises_before_launch = refusals_test(BAD_CALLS)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, t, tileaot  # noqa: E402, F401
+from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, refusals_test, t, tileaot  # noqa: E402, F401
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -329,14 +329,7 @@ BAD_CALLS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("call", "exc", "match"), [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS]
-)
-def test_bad_input_raises_before_launch(fake, cpu_as_cuda, call, exc, match):
-    with pytest.raises(exc, match=match):
-        call()
-    assert fake.launches == []
-    assert fake.lookups == []
+test_bad_input_raises_before_launch = refusals_test(BAD_CALLS)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _fakes import STREAM, cpu_as_cuda, fake, t, tileaot  # noqa: E402, F401
+from _fakes import STREAM, cpu_as_cuda, fake, refusals_test, t, tileaot  # noqa: E402, F401
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -92,13 +92,7 @@ BAD_CALLS = [  # (id, call, exception, message regex)
 ]
 
 
-@pytest.mark.parametrize(
-    ("call", "exc", "msg"), [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS]
-)
-def test_bad_calls_are_refused_before_any_launch(fake, cpu_as_cuda, call, exc, msg):
-    with pytest.raises(exc, match=msg):
-        call()
-    assert not fake.launches
+test_bad_calls_are_refused_before_any_launch = refusals_test(BAD_CALLS)
 
 
 def test_expand_launch_and_out(fake, cpu_as_cuda):
