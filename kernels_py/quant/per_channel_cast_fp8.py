@@ -35,7 +35,7 @@ elsewhere), as the reference. Finite inputs are exact.
 
 from ..ceildiv import ceildiv
 from ..spec import ALL_CUDA_SAME, KernelSpec
-from .per_block_cast_fp8 import AMAX_FLOOR, DTYPES, FP8, FP8_MAX, ITEMSIZE, MIN_BLOCKS
+from .per_block_cast_fp8 import AMAX_FLOOR, DTYPES, FP8, FP8_MAX, ITEMSIZE, MIN_BLOCKS, vector_io
 from .quotient import inv_of, reference_scale_and_inv, scale_of
 
 ROWS = 128  # rows sharing a scale (TileKernels' num_per_tokens)
@@ -84,7 +84,7 @@ def _tile_macro(T, dtype: str, M, N, vec: int, aligned: bool):
     per_row = COLS // vec  # threads per row
     slices = THREADS // per_row  # rows per step: the row slices meeting in shared memory
     steps = ROWS // slices  # vectors per thread
-    zero = T.cast(0, dtype)
+    load, store = vector_io(T, dtype, M, N, vec, steps, slices, aligned)
 
     @T.macro
     def quantise_tile(x, q, scale, round_sf, bm, bn):
@@ -100,22 +100,7 @@ def _tile_macro(T, dtype: str, M, N, vec: int, aligned: bool):
         c0 = (tx % per_row) * vec  # the thread's first column in the tile
         col = bn * COLS + c0
         row0 = bm * ROWS + tx // per_row
-        # Load: every vector of this thread before any use (steps loads in flight).
-        for i in T.unroll(steps):
-            if aligned:
-                if (row0 + i * slices < M) & (col < N):
-                    for v in T.vectorized(vec):
-                        buf[i * vec + v] = x[row0 + i * slices, col + v]
-                else:
-                    for v in T.vectorized(vec):
-                        buf[i * vec + v] = zero
-            else:
-                for v in T.unroll(vec):
-                    buf[i * vec + v] = T.if_then_else(
-                        (row0 + i * slices < M) & (col + v < N),
-                        x[row0 + i * slices, col + v],
-                        zero,
-                    )
+        load(x, buf, row0, col)
         # |x| max per column: over this thread's rows, then over the slices in shared memory.
         for v in T.unroll(vec):
             cmax[v] = T.float32(0)
@@ -145,14 +130,7 @@ def _tile_macro(T, dtype: str, M, N, vec: int, aligned: bool):
             # cast; a scalar one would go through cutlass's own conversion.
             for v in T.vectorized(vec):
                 q8[v] = yq[v]
-            if aligned:
-                if (row0 + i * slices < M) & (col < N):
-                    for v in T.vectorized(vec):
-                        q[row0 + i * slices, col + v] = q8[v]
-            else:
-                for v in T.unroll(vec):
-                    if (row0 + i * slices < M) & (col + v < N):
-                        q[row0 + i * slices, col + v] = q8[v]
+            store(q, q8, row0 + i * slices, col)
 
     return quantise_tile
 
