@@ -267,6 +267,23 @@ def per_block_cast_fp8(d: Draw) -> Call:
     return c
 
 
+def per_channel_cast_fp8(d: Draw) -> Call:
+    dt, m, n = d.pick(FLOATS), d.size(300), d.size(200)
+    x = d.randn((m, n), dt, 10.0)
+    scales = (-(-m // 128), n)  # one per column of every 128 rows
+    round_sf = d.flag()
+    c = Call(
+        {"x": x, "round_sf": round_sf},
+        [((m, n), E4M3), (scales, FP32)],
+        m * n > 0,
+        bad={"round_sf": [1, None]},
+    )
+    out = d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", scales, FP32)])
+    c.slot(("x",), "x", FLOATS, (0, 1) if out else ())
+    c.check = lambda result: _same_bits(result, _ref("quant.per_channel_cast_fp8")(x, round_sf))
+    return c
+
+
 def _scale_shape(layout: str, m: int, n: int) -> tuple[int, int]:
     if layout[0] == "g":
         return (m, n // int(layout[1:]))
@@ -1041,6 +1058,7 @@ BUILDERS = {
         per_token_cast_fp8,
         per_token_cast_fp8_groups,
         per_block_cast_fp8,
+        per_channel_cast_fp8,
         cast_back,
         cast_back_groups,
         cast_back_fp4,

@@ -155,6 +155,12 @@ CASES = [
         [(F8, (8, 256)), (F32, (1, 2))],
     ),
     (
+        "per_channel_cast",
+        lambda: quant.per_channel_cast(X, "e4m3", 128, round_sf=True),
+        lambda: tileaot.per_channel_cast_fp8(X, round_sf=True),
+        [(F8, (8, 256)), (F32, (1, 256))],
+    ),
+    (
         "cast_back-g128",
         lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 128)),
         lambda: tileaot.cast_back(Q8, S_G128, layout="g128"),
@@ -403,6 +409,7 @@ def _stand_ins() -> dict:
     from kernels_py.quant import cast_back_fp4 as cb4
     from kernels_py.quant import cast_back_fp8 as cb8
     from kernels_py.quant import per_block_cast_fp8 as pb
+    from kernels_py.quant import per_channel_cast_fp8 as pc
     from kernels_py.quant import per_token_cast_fp4 as fp4
     from kernels_py.quant import per_token_cast_fp8 as pt
 
@@ -419,6 +426,7 @@ def _stand_ins() -> dict:
     return {
         "per_token_cast_fp8": lambda x, g=128, *, round_sf=False: pt.reference(x, g, round_sf),
         "per_block_cast_fp8": lambda x, *, round_sf=False: pb.reference(x, round_sf),
+        "per_channel_cast_fp8": lambda x, *, round_sf=False: pc.reference(x, round_sf),
         "per_token_cast_fp4": fp4.reference,
         "cast_back": cast_back,
         "swiglu_per_token_cast_fp8": swq.reference,
@@ -524,6 +532,11 @@ def _tk_cases():
             lambda: cast.cast(x, "e4m3", (128, 128)),
         ),
         (
+            "per_channel_cast",
+            lambda: quant.per_channel_cast(x, "e4m3", 128, round_sf=True),
+            lambda: cast.cast(x, "e4m3", (128, 1), round_sf=True),
+        ),
+        (
             "cast_back-g128",
             lambda: quant.cast_back(q8, "fp32", (1, 128)),
             lambda: cast.cast_back(q8, "fp32", (1, 128)),
@@ -616,7 +629,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 23  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 24  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -709,6 +722,16 @@ NOT_SERVED = [
         lambda: quant.per_token_cast(X, "e2m1", 128, round_sf=True),
         "per_token_cast: num_per_channels=128",
         " with fmt='e2m1' (served: 16, 32)",
+    ),
+    (
+        lambda: quant.per_channel_cast(X, "e4m3", 32),
+        "per_channel_cast: num_per_tokens=32",
+        " (served: 128)",
+    ),
+    (
+        lambda: quant.per_channel_cast(X, "e2m1", 128),
+        "per_channel_cast: fmt='e2m1'",
+        " (served: 'e4m3')",
     ),
     (
         lambda: quant.per_block_cast(X, "e4m3", (64, 64)),
