@@ -61,15 +61,15 @@ def mhc_pre_norm_fn(
             contiguous, aligned, overlapping no input.
 
     Returns:
-        ``[..., N]``, ``torch.float32`` (`out` itself if given). Without a launch when there
-        is nothing to compute: no tokens or N = 0 (empty), K = 0 (NaN, as the reference's
-        ``0 / 0``; torch tensors only).
+        ``[..., N]``, ``torch.float32`` (`out` itself if given); returned without launching
+        anything when empty (no tokens, or N = 0).
 
     Raises:
         TypeError: a tensor argument is not a tensor or has the wrong dtype; `mhc_norm_eps` is
             not a real number; `mhc_norm_weight`, or a 2-D `mhc_fn`, with arrays of another
             framework.
-        ValueError: `mhc_fn`'s columns are not ``R * H``; N > 32; `mhc_norm_weight` is not
+        ValueError: `mhc_fn`'s columns are not ``R * H``; N > 32; R or H is 0 (no mean
+            square); `mhc_norm_weight` is not
             ``[R * H]``; a tensor is not on a CUDA device (the same one), not contiguous or not
             16-byte aligned; a size reaches 2**31; `out` has the wrong shape or overlaps an
             input; `mhc_norm_eps` < 0; an input requires grad while grad mode is on.
@@ -120,15 +120,15 @@ def mhc_pre_norm_fn(
         raise ValueError(
             f"mhc_fn has N = {bound.dims['N']} rows; mhc_pre_norm_fn supports N <= {MAX_N}"
         )
+    if bound.dims["R"] * bound.dims["H"] == 0:  # a mean of no squares (TileKernels: an error)
+        raise ValueError(
+            f"residual has shape {tuple(residual.shape)}: R * H = 0 values per token have no "
+            "mean square; pass R, H >= 1"
+        )
     if type(mhc_norm_eps) is not float or not 0.0 <= mhc_norm_eps < _INF:
         mhc_norm_eps = _validate.nonneg_float("mhc_norm_eps", mhc_norm_eps)
     (y,) = SCHEMA.outputs(_arrays.namespace(residual), residual, bound, out, named)
     if y.numel() == 0:
-        return y
-    if bound.dims["R"] * bound.dims["H"] == 0:  # mean of no squares: 0 / 0, as the reference
-        if not isinstance(y, _arrays.Tensor):
-            raise ValueError("residual has R * H = 0 values per token: pass R, H >= 1")
-        y.fill_(float("nan"))
         return y
     handle = SCHEMA.launch("bf16", bound.device, (residual, fn, y), (mhc_norm_eps,), bound.dims)
     if type(residual) is _arrays.Tensor and residual.dim() == 3 and mhc_norm_weight is None:
