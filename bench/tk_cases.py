@@ -535,6 +535,8 @@ CASES: list[Case] = [
     *_op("engram_hash", ("engram_hash n3 l2 e8", "32768", _engram_hash(32768))),
     *_op("mhc_pre_split_mixes", (None, "4x8192x24", _pre_split_mixes(4, 8192))),
     *_op("mhc_head_compute_mix", (None, "4x8192x4", _head_compute_mix(4, 8192))),
-    *_op("mhc_pre_norm_fn", (None, "1x8192x4x7168", _pre_norm_fn(1, 8192, 7168))),
+    *_op("mhc_pre_norm_fn",
+         ("mhc_pre_norm_fn r4", M, _pre_norm_fn(1, 8192, 7168)),
+         ("mhc_pre_norm_fn r4", MB, _pre_norm_fn(1, 128, 4096))),
 ]
 # fmt: on

@@ -606,6 +606,28 @@ def mhc_post_backward(d: Draw) -> Call:
     return c
 
 
+def mhc_pre_norm_fn(d: Draw) -> Call:
+    lead, r, h = d.lead(2), d.pick([1, 2, 4, 8]), d.size(70, lo=2)  # H = 1: [N, R] is [N, R, H]
+    n = d.pick([1, 7, 24, 32])
+    residual = d.randn((*lead, r, h), BF16)
+    fn = d.randn((n, r * h), FP32, 1e-2)
+    shape = (*lead, n)
+    args = {"residual": residual, "mhc_fn": fn, "mhc_norm_weight": None, "mhc_norm_eps": 1e-6}
+    c = Call(args, [(shape, FP32)], math.prod(shape) > 0, bad={"mhc_norm_eps": BAD_EPS})
+    out = d.outs(c, [("out", shape, FP32)], pair=False)
+    tail = every(residual.shape)[-2:]  # R and H tie to mhc_fn's columns R * H
+    c.slot(("residual",), "residual", (BF16,), every(residual.shape) if out else tail,
+           fixed_rank=out)  # fmt: skip
+    # [N, R * H] or [N, R, H] are both valid: a dim added can make the other layout
+    c.slot(("mhc_fn",), "mhc_fn", (FP32,), (0, 1) if out else (1,), fixed_rank=False)
+
+    def check(y: torch.Tensor) -> None:  # tests/test_gpu_mhc_pre_norm_fn.py's bound
+        _close(y, _ref("mhc.mhc_pre_norm_fn")(residual, fn, 1e-6), rtol=1e-3, atol=1e-3)
+
+    c.check = check
+    return c
+
+
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
@@ -1072,6 +1094,7 @@ BUILDERS = {
         mhc_pre_apply_mix_backward,
         mhc_post,
         mhc_post_backward,
+        mhc_pre_norm_fn,
         topk_gate,
         top2_sum_gate,
         topk_sum_and_topk_group_idx,

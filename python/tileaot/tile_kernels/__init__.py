@@ -23,6 +23,7 @@ Served (module: functions -> tileaot op):
 * ``transpose``: ``transpose``, ``batched_transpose`` (-> `transpose`).
 * ``modeling.mhc.ops``: ``sinkhorn_normalize``, ``expand_to_mhc``, ``mhc_pre_apply_mix``,
   ``mhc_post`` (-> the ops of the same names, differentiable).
+* ``modeling.mhc.ops``: ``mhc_pre_norm_fn`` (-> `mhc_pre_norm_fn`, forward only).
 * ``engram``: ``engram_hash`` (-> `engram_hash`).
 * ``modeling.engram``: ``engram_gate`` (-> `engram_gate` with a shared value row,
   differentiable).

@@ -34,6 +34,7 @@ from ..mhc_post import mhc_post
 from ..mhc_post_backward import mhc_post_backward
 from ..mhc_pre_apply_mix import mhc_pre_apply_mix
 from ..mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
+from ..mhc_pre_norm_fn import mhc_pre_norm_fn
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..normalize_weight import normalize_weight
@@ -125,6 +126,16 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(mhc_pre_apply_mix_backward, dense=_GRAD),
     _from_schema(mhc_post),
     _from_schema(mhc_post_backward, dense=_GRAD),
+    # mhc_fn comes as [N, R * H] too (TileKernels' layout), which the schema's fake would not
+    # bind: the fake takes N from mhc_fn's first dim and the leading dims from residual.
+    OpSpec(
+        mhc_pre_norm_fn,
+        _schema_args(mhc_pre_norm_fn, {}),
+        ("out",),
+        lambda residual, mhc_fn, *_: residual.new_empty(
+            (*residual.shape[:-2], mhc_fn.shape[0]), dtype=torch.float32
+        ),
+    ),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),
