@@ -37,6 +37,7 @@ from .mhc_post import mhc_post
 from .mhc_post_backward import mhc_post_backward
 from .mhc_pre_apply_mix import mhc_pre_apply_mix
 from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
+from .expand_to_fused import expand_to_fused
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .normalize_weight import normalize_weight
@@ -66,6 +67,7 @@ __all__ = [
     "engram_gate",
     "engram_gate_backward",
     "engram_hash",
+    "expand_to_fused",
     "expand_to_mhc",
     "expand_to_mhc_backward",
     "gemm",

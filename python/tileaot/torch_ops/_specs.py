@@ -34,6 +34,7 @@ from ..mhc_post import mhc_post
 from ..mhc_post_backward import mhc_post_backward
 from ..mhc_pre_apply_mix import mhc_pre_apply_mix
 from ..mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
+from ..expand_to_fused import expand_to_fused
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..normalize_weight import normalize_weight
@@ -124,6 +125,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(mhc_post),
     _from_schema(mhc_post_backward, dense=_GRAD),
     _from_schema(moe_expand),
+    _from_schema(expand_to_fused),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),
     # (out, g); the backward op takes the statistics from the saving forward (saved=None).
