@@ -27,6 +27,7 @@ from .cast_back import cast_back
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
 from .engram_hash import engram_hash
+from .expand_to_fused import expand_to_fused
 from .expand_to_mhc import expand_to_mhc
 from .expand_to_mhc_backward import expand_to_mhc_backward
 from .gemm import gemm
@@ -37,11 +38,12 @@ from .mhc_post import mhc_post
 from .mhc_post_backward import mhc_post_backward
 from .mhc_pre_apply_mix import mhc_pre_apply_mix
 from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
-from .expand_to_fused import expand_to_fused
+from .mhc_pre_norm_fn import mhc_pre_norm_fn
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .normalize_weight import normalize_weight
 from .per_block_cast_fp8 import per_block_cast_fp8
+from .per_channel_cast_fp8 import per_channel_cast_fp8
 from .per_token_cast_fp4 import per_token_cast_fp4
 from .per_token_cast_fp8 import per_token_cast_fp8
 from .rms_norm import rms_norm
@@ -79,10 +81,12 @@ __all__ = [
     "mhc_post_backward",
     "mhc_pre_apply_mix",
     "mhc_pre_apply_mix_backward",
+    "mhc_pre_norm_fn",
     "moe_expand",
     "moe_reduce",
     "normalize_weight",
     "per_block_cast_fp8",
+    "per_channel_cast_fp8",
     "per_token_cast_fp4",
     "per_token_cast_fp8",
     "register_torch_ops",
