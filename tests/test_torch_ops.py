@@ -136,6 +136,8 @@ CASES = [
     ("mhc_pre_apply_mix", lambda: (t(6, 4, 64), t(6, 4, 1, dtype=F32))),
     ("mhc_pre_apply_mix", lambda: (t(2, 3, 2, 10), t(2, 3, 2, 1, dtype=F32))),
     ("mhc_pre_apply_mix_backward", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32))),
+    ("mhc_pre_norm_fn", lambda: (t(6, 4, 64), t(24, 4 * 64, dtype=F32))),
+    ("mhc_pre_norm_fn", lambda: (t(2, 3, 2, 8), t(5, 2, 8, dtype=F32), t(2 * 8, dtype=F32), 1e-5)),
     ("mhc_post", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32), t(6, 4, 4, dtype=F32))),
     (
         "mhc_post_backward",
