@@ -217,6 +217,20 @@ def _moe_expand(t: int, h: int, k: int, e: int, alignment: int, fp8: bool = Fals
     return make
 
 
+def _expand_to_fused(t: int, h: int, k: int, e: int, alignment: int, fp8: bool = False):
+    """expand_to_fused alone: the mapping is made once (get_fused_mapping, synced to the
+    rows its experts use), as our case makes it once."""
+
+    def make(tk):
+        idx = torch.rand(t, e, device="cuda").topk(k, dim=-1).indices  # int64
+        x = _fp8(t, h) if fp8 else _bf16(t, h)
+        mapping = tk.moe.get_fused_mapping(idx, e, 0, alignment)
+        pos_to_expert, token_topk_to_pos = mapping[0], mapping[3]
+        return lambda: tk.moe.expand_to_fused(x, token_topk_to_pos, pos_to_expert)
+
+    return make
+
+
 def _transpose(*shape: int, dtype=torch.bfloat16):
     def make(tk):
         x = torch.randn(*shape, device="cuda").to(dtype)
@@ -409,6 +423,7 @@ CB, SW, SWW = (
 )
 T2, T2S, TSG = "top2_sum_gate dsv3 k8", "top2_sum_gate kimi-k2 k8", "topk_sum_and_topk_group_idx"
 EXP16, EXP128 = "moe_expand bf16 E256 a16", "moe_expand bf16 E256 a128"
+ETF = "expand_to_fused bf16 E256 a128"
 SK4, SK4B = "sinkhorn_normalize n4 r20", "sinkhorn_normalize_backward n4 r20"
 M, MB = "8192x4x7168", "128x4x4096"
 # fmt: off
@@ -486,6 +501,11 @@ CASES: list[Case] = [
          ("moe_expand e4m3 E256 a128", "32768x7168 k8",
           _moe_expand(32768, 7168, 8, 256, 128, fp8=True), EXPAND + " (with_sf)"),
          (EXP16, "128x7168 k8", _moe_expand(128, 7168, 8, 256, 16), EXPAND)),
+    *_op("expand_to_fused",
+         (ETF, "32768x7168 k8", _expand_to_fused(32768, 7168, 8, 256, 128)),
+         ("expand_to_fused e4m3 E256 a128", "32768x7168 k8",
+          _expand_to_fused(32768, 7168, 8, 256, 128, fp8=True)),
+         (ETF, "128x7168 k8", _expand_to_fused(128, 7168, 8, 256, 128))),
     *_op("transpose",
          ("transpose bf16", X, _transpose(32768, 7168)),
          ("transpose e4m3", X, _transpose(32768, 7168, dtype=torch.float8_e4m3fn)),

@@ -36,6 +36,7 @@ OP_MODULES = (
     "kernels_py.quant.per_block_cast_fp8",
     "kernels_py.quant.cast_back_fp8",
     "kernels_py.moe.moe_expand",
+    "kernels_py.moe.expand_to_fused",
     "kernels_py.moe.moe_reduce",
     "kernels_py.engram.engram_gate",
     "kernels_py.engram.engram_gate_save",

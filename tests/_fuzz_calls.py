@@ -914,6 +914,42 @@ def moe_expand(d: Draw) -> Call:
     return c
 
 
+def expand_to_fused(d: Draw) -> Call:
+    """Written from tileaot.expand_to_fused's docstring: bf16 or e4m3 x [T, H] (any H), int32
+    token_topk_to_pos [T, K] and pos_to_expert [P] from TileKernels' get_fused_mapping (here
+    tests/_fused_mapping.py), out [P, H] in x's dtype; P * H == 0 launches nothing, nor does
+    T * K == 0 (zeros then)."""
+    dt = d.pick([BF16, E4M3])
+    t, k, h = d.size(30), d.size(8), d.size(64)
+    x = d.randn((t, h), FP32, 100.0).to(dt)
+    if d.huge:  # shapes only
+        p = d.size(60)
+        pos, pte = d.randint(-1, p, (t, k)), d.randint(-1, 4, (p,))
+    else:
+        from _fused_mapping import fused_mapping
+
+        e, align = d.int(1, 40), d.pick([1, 2, 16, 128])
+        idx = d.randint(-1, e, (t, k))
+        total = len(fused_mapping(idx, e, align)[0])
+        pte, pos = fused_mapping(idx, e, align, total + d.pick([0, 3]))
+        p = pte.shape[0]
+    c = Call(
+        {"x": x, "token_topk_to_pos": pos, "pos_to_expert": pte},
+        [((p, h), dt)],
+        p * h * t * k > 0,
+    )
+    out = d.outs(c, [("out", (p, h), dt)], pair=False)
+    c.slot(("x",), "x", (BF16, E4M3), (0, 1) if out else (0,))
+    c.slot(("token_topk_to_pos",), "token_topk_to_pos", (I32,), (0,))
+    c.slot(("pos_to_expert",), "pos_to_expert", (I32,), (0,) if out else ())
+
+    def check(result: Any) -> None:  # bit-exact (tests/test_gpu_expand_to_fused.py)
+        _same_bits((result,), (_ref("moe.expand_to_fused")(x, pos, pte),))
+
+    c.check = check
+    return c
+
+
 def moe_reduce(d: Draw) -> Call:
     y_dt = d.pick([BF16, FP32])
     p, h, t, k = d.size(40), d.size(64), d.size(30), d.size(8)
@@ -1105,6 +1141,7 @@ BUILDERS = {
         inplace_unique_group_indices,
         engram_hash,
         moe_expand,
+        expand_to_fused,
         moe_reduce,
         engram_gate,
         engram_gate_backward,

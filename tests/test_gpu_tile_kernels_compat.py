@@ -281,6 +281,23 @@ def test_mask_indices_by_tp_and_group_count(m, dtype):
     _same(_compat().moe.aux_fi(idx, 256, 8), want, m)
 
 
+@pytest.mark.parametrize("dtype", [BF16, F8], ids=["bf16", "e4m3"])
+@pytest.mark.parametrize("m", TOKENS)
+def test_expand_to_fused(m, dtype):
+    """On a get_fused_mapping-style mapping (tests/_fused_mapping.py) with dropped slots and
+    spare rows past the last expert: the bytes of TileKernels' reference, padding rows zero."""
+    from _fused_mapping import fused_mapping
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    idx = torch.randint(-1, 64, (m, 8), device="cuda", generator=g)
+    pte, pos = fused_mapping(idx, 64, 128, len(fused_mapping(idx, 64, 128)[0]) + 3)
+    x = _x(m, 7168, seed=m).to(dtype)
+    _poison()
+    got = _compat().moe.expand_to_fused(x, pos, pte)
+    want = _tk("expand_to_fused").expand_to_fused(x.view(torch.uint8), pos.long(), pte)
+    _same(got.view(torch.uint8), want, m)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
 @pytest.mark.parametrize("m", TOKENS)
 def test_inplace_unique_group_indices(m, dtype):

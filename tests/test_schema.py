@@ -229,6 +229,11 @@ EXAMPLES = {
         "y_sorted[36608, 7168] token_pos[4096, 8]",
         (36608, 7168, 4096, 8, 4096, 7168),
     ),
+    "expand_to_fused": (
+        "e4m3",
+        "x[4096, 7168] token_topk_to_pos[4096, 8]",
+        (4096, 7168, 4096, 8, 34816, 34816, 7168),
+    ),
     "moe_expand": (
         "bf16",
         "x[4096, 7168] idx[4096, 8], num_experts=256, alignment=16",

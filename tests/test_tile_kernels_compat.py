@@ -117,6 +117,9 @@ GROUPED = t(8, 8, 8, dtype=F32)
 IDX32 = torch.randint(-1, 64, (8, 6), dtype=I32)
 IDX64 = IDX32.long()
 HID, RES = t(2, 3, 256), t(2, 3, 4, 256)
+HID2 = t(5, 256)
+FUSED_POS = torch.tensor([[0, 8], [9, -1], [4, 1], [2, 3], [10, 16]], dtype=I32)
+FUSED_PTE = torch.tensor([0] * 4 + [1] + [-1] * 3 + [2] * 3 + [-1] * 5 + [3] + [-1] * 23, dtype=I32)
 MIX, COMB = t(2, 3, 4, 1, dtype=F32), t(2, 3, 4, 4, dtype=F32)
 ENG_H, ENG_K, ENG_V, ENG_W = t(2, 4, 256), t(2, 4, 256), t(2, 256), t(4, 256)
 HASH_IDS, HASH_MULT = t(9, 3, dtype=I32), t(2, 3, dtype=torch.int64)
@@ -272,6 +275,12 @@ CASES = [
         [(torch.int64, (8, 6))],
     ),
     (
+        "expand_to_fused",
+        lambda: moe.expand_to_fused(HID2, FUSED_POS, FUSED_PTE),
+        lambda: tileaot.expand_to_fused(HID2, FUSED_POS, FUSED_PTE),
+        [(BF16, (40, 256))],
+    ),
+    (
         "group_count-int64",
         lambda: moe.group_count(IDX64, 64),
         lambda: tileaot.group_count(IDX32, 64),
@@ -405,6 +414,7 @@ def _stand_ins() -> dict:
     from kernels_py.mhc import mhc_pre_apply_mix as pam
     from kernels_py.mhc import sinkhorn_normalize as sk
     from kernels_py.moe import aux_fi as af
+    from kernels_py.moe import expand_to_fused as etf
     from kernels_py.moe import group_count as gc
     from kernels_py.moe import inplace_unique_group_indices as ug
     from kernels_py.moe import mask_indices_by_tp as mi
@@ -446,6 +456,7 @@ def _stand_ins() -> dict:
         "topk_sum_and_topk_group_idx": _no_out(tsg.reference),
         "normalize_weight": _no_out(nw.reference),
         "mask_indices_by_tp": _no_out(mi.reference),
+        "expand_to_fused": _no_out(etf.reference),
         "group_count": _no_out(gc.reference),
         "aux_fi": _no_out(af.reference),
         "inplace_unique_group_indices": _no_out(ug.reference),
@@ -522,6 +533,9 @@ def _tk_cases():
     mult = torch.randint(-(2**62), 2**62, (3, 4), generator=g)  # int64 products wrap
     sizes = torch.randint(1, 2**31 - 1, (3, 3, 5), generator=g, dtype=I32)
     hashed = (ngrams, mult, sizes, tk("engram").make_offsets(sizes))  # offsets wrap in int32
+    from _fused_mapping import fused_mapping
+
+    fused_pte, fused_pos = fused_mapping(idx, 256, 16, 129 * 8 + 256 * 15 + 5)  # tail rows too
     return [
         (
             "per_token_cast-g128",
@@ -614,6 +628,11 @@ def _tk_cases():
             lambda: tk("moe").mask_indices_by_tp(idx, 256, 8, 1, 2),
         ),
         (
+            "expand_to_fused",
+            lambda: moe.expand_to_fused(x, fused_pos, fused_pte),
+            lambda: tk("expand_to_fused").expand_to_fused(x, fused_pos, fused_pte),
+        ),
+        (
             "group_count-int64",
             lambda: moe.group_count(idx, 256),
             lambda: tk("moe").group_count(idx, 256),
@@ -646,7 +665,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 24  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 25  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))

@@ -15,6 +15,7 @@ from ._served import not_served, require, require_none
 
 __all__ = [
     "aux_fi",
+    "expand_to_fused",
     "group_count",
     "inplace_unique_group_indices",
     "mask_indices_by_tp",
@@ -105,6 +106,15 @@ def reduce_fused(
     require(func, "fp8_format", fp8_format, ("",))
     require_none(func, sf=sf)
     return tileaot.moe_reduce(x, token_topk_to_pos, topk_weights, out=out)
+
+
+def expand_to_fused(
+    x: torch.Tensor, token_topk_to_pos: torch.Tensor, pos_to_expert: torch.Tensor
+) -> torch.Tensor:
+    """``out[P, H]`` with ``out[token_topk_to_pos[t, k]] = x[t]`` and zero padding rows
+    (``pos_to_expert < 0``), `get_fused_mapping`'s int32 maps as they come:
+    `tileaot.expand_to_fused` (TileKernels' reference result, bit for bit). bf16 or e4m3 `x`."""
+    return tileaot.expand_to_fused(x, token_topk_to_pos, pos_to_expert)
 
 
 def topk_sum_and_topk_group_idx(
