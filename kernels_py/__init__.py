@@ -32,6 +32,7 @@ OP_MODULES = (
     "kernels_py.mhc.mhc_pre_apply_mix_backward",
     "kernels_py.mhc.mhc_post",
     "kernels_py.mhc.mhc_post_backward",
+    "kernels_py.mhc.mhc_pre_norm_fn",
     "kernels_py.quant.per_block_cast_fp8",
     "kernels_py.quant.cast_back_fp8",
     "kernels_py.quant.per_token_cast_e5m6",
@@ -43,6 +44,7 @@ OP_MODULES = (
     "kernels_py.engram.engram_hash",
     "kernels_py.quant.per_token_cast_fp4",
     "kernels_py.quant.cast_back_fp4",
+    "kernels_py.quant.per_channel_cast_fp8",
 )
 
 
