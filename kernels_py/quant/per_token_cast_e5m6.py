@@ -34,7 +34,6 @@ write neighbouring 12-byte pieces, so a warp's stores cover 384 contiguous bytes
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
-from ..ceildiv import ceildiv
 from ..spec import BY_GENERATION, KernelSpec
 
 DTYPES = ("bfloat16", "float32")  # TileKernels' inputs
