@@ -415,7 +415,7 @@ def _op(op: str, *rows: tuple, bench: str = "") -> list[Case]:
 X, X2 = "32768x7168", "32768x2*7168"
 PTC8, PTC8R = "per_token_cast_fp8 bf16 g128", "per_token_cast_fp8 bf16 g128 round_sf"
 PBC, PTC4 = "per_block_cast_fp8 bf16", "per_token_cast_fp4 bf16 g32 ue8m0"
-PCC = "per_channel_cast_fp8 bf16"
+PCC, PTE = "per_channel_cast_fp8 bf16", "per_token_cast_e5m6 bf16"
 CB, SW, SWW = (
     "cast_back fp8 g128 -> bf16",
     "swiglu_per_token_cast_fp8 bf16",
@@ -441,6 +441,10 @@ CASES: list[Case] = [
          (PCC, X, _per_channel_cast(32768, 7168, False)),
          (PCC, "128x4096", _per_channel_cast(128, 4096, False)),
          (PCC + " round_sf", X, _per_channel_cast(32768, 7168, True))),
+    *_op("per_token_cast_e5m6",
+         (PTE, X, _per_token_cast(32768, 7168, "e5m6", 7168, False)),
+         (PTE, "128x4096", _per_token_cast(128, 4096, "e5m6", 4096, False)),
+         (PTE + " round_sf", X, _per_token_cast(32768, 7168, "e5m6", 7168, True))),
     *_op("per_token_cast_fp4",
          (PTC4, X, _per_token_cast(32768, 7168, "e2m1", 32, True)),
          (PTC4, "128x4096", _per_token_cast(128, 4096, "e2m1", 32, True)),

@@ -35,6 +35,7 @@ OP_MODULES = (
     "kernels_py.mhc.mhc_pre_norm_fn",
     "kernels_py.quant.per_block_cast_fp8",
     "kernels_py.quant.cast_back_fp8",
+    "kernels_py.quant.per_token_cast_e5m6",
     "kernels_py.moe.moe_expand",
     "kernels_py.moe.expand_to_fused",
     "kernels_py.moe.moe_reduce",

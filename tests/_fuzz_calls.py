@@ -284,6 +284,22 @@ def per_channel_cast_fp8(d: Draw) -> Call:
     return c
 
 
+def per_token_cast_e5m6(d: Draw) -> Call:
+    dt, m, n = d.pick((BF16, FP32)), d.size(200), d.size(40, step=8)  # N % 8 == 0
+    x = d.randn((m, n), dt, 10.0)
+    round_sf = d.flag()
+    c = Call(
+        {"x": x, "round_sf": round_sf},
+        [((m, n // 8 * 12), U8), ((m, 1), FP32)],
+        m * n > 0,
+        bad={"round_sf": [1, None]},
+    )
+    out = d.outs(c, [("out[0] (q)", (m, n // 8 * 12), U8), ("out[1] (scale)", (m, 1), FP32)])
+    c.slot(("x",), "x", (BF16, FP32), (0, 1) if out else ())
+    c.check = lambda result: _same_bits(result, _ref("quant.per_token_cast_e5m6")(x, round_sf))
+    return c
+
+
 def _scale_shape(layout: str, m: int, n: int) -> tuple[int, int]:
     if layout[0] == "g":
         return (m, n // int(layout[1:]))
@@ -1117,6 +1133,7 @@ BUILDERS = {
         per_token_cast_fp8_groups,
         per_block_cast_fp8,
         per_channel_cast_fp8,
+        per_token_cast_e5m6,
         cast_back,
         cast_back_groups,
         cast_back_fp4,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 
 import pytest
 
@@ -145,6 +146,18 @@ CASES = [
         lambda: quant.per_token_cast(X32, "e4m3", 256),
         lambda: tileaot.per_token_cast_fp8(X32, None),
         [(F8, (8, 256)), (F32, (8, 1))],
+    ),
+    (
+        "per_token_cast-e5m6",
+        lambda: quant.per_token_cast(X, "e5m6", 256, round_sf=True),
+        lambda: tileaot.per_token_cast_e5m6(X, round_sf=True),
+        [(torch.uint8, (8, 384)), (F32, (8, 1))],
+    ),
+    (
+        "per_token_cast-e5m6-packed-col-major",
+        lambda: quant.per_token_cast(X32, "e5m6", 256, None, True, True, True),
+        lambda: tileaot.per_token_cast_e5m6(X32, round_sf=True),
+        [(torch.uint8, (8, 384)), (I32, (8, 1))],
     ),
     (
         "per_token_cast-e2m1",
@@ -427,6 +440,7 @@ def _stand_ins() -> dict:
     from kernels_py.quant import cast_back_fp8 as cb8
     from kernels_py.quant import per_block_cast_fp8 as pb
     from kernels_py.quant import per_channel_cast_fp8 as pc
+    from kernels_py.quant import per_token_cast_e5m6 as e5
     from kernels_py.quant import per_token_cast_fp4 as fp4
     from kernels_py.quant import per_token_cast_fp8 as pt
 
@@ -445,6 +459,7 @@ def _stand_ins() -> dict:
         "per_block_cast_fp8": lambda x, *, round_sf=False: pb.reference(x, round_sf),
         "per_channel_cast_fp8": lambda x, *, round_sf=False: pc.reference(x, round_sf),
         "per_token_cast_fp4": fp4.reference,
+        "per_token_cast_e5m6": lambda x, *, round_sf=False: e5.reference(x, round_sf),
         "cast_back": cast_back,
         "swiglu_per_token_cast_fp8": swq.reference,
         "top2_sum_gate": lambda *args: t2.reference(*args[:10]),  # scoring_func: sigmoid only
@@ -536,7 +551,17 @@ def _tk_cases():
     from _fused_mapping import fused_mapping
 
     fused_pte, fused_pos = fused_mapping(idx, 256, 16, 129 * 8 + 256 * 15 + 5)  # tail rows too
+    e5m6 = [
+        (
+            f"per_token_cast-e5m6-{dt}-{flags}",
+            lambda xe=xe, flags=flags: quant.per_token_cast(xe, "e5m6", 512, None, *flags),
+            lambda xe=xe, flags=flags: tk("cast_e5m6").cast_to_e5m6(xe, 512, *flags),
+        )
+        for dt, xe in (("bf16", x), ("fp32", x.float()))
+        for flags in itertools.product((False, True), repeat=3)
+    ]
     return [
+        *e5m6,
         (
             "per_token_cast-g128",
             lambda: quant.per_token_cast(x, "e4m3", 128, round_sf=True),
@@ -665,7 +690,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 25  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 41  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -676,7 +701,27 @@ def test_result_is_tilekernels(references, index):
     name, ours, theirs = cases[index]
     for a, b in zip(_flat(ours()), _flat(theirs()), strict=True):
         assert (a.dtype, a.shape) == (b.dtype, b.shape), name
-        assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)), name
+        # flatten: a column-major [M, 1] view (e5m6 scales) counts as contiguous, stride 1 not
+        a, b = (v.contiguous().flatten().view(torch.uint8) for v in (a, b))
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("flags", list(itertools.product((False, True), repeat=3)))
+def test_e5m6_scale_layout_is_tilekernels(references, flags):
+    """The scales' strides too (TileKernels' assert_equal compares them): column-major views
+    of a buffer padded to 4 tokens."""
+    x = _edgy(7, 64)
+    _, sf = quant.per_token_cast(x, "e5m6", 64, None, *flags)
+    _, want = tk("cast_e5m6").cast_to_e5m6(x, 64, *flags)
+    assert (sf.dtype, sf.shape, sf.stride()) == (want.dtype, want.shape, want.stride())
+    assert torch.equal(sf, want)
+
+
+def test_e5m6_strided_rows_are_tilekernels(references):
+    x = _edgy(9, 1024)[:, :512]  # rows 1024 apart, as TileKernels' kernel reads them
+    q, sf = quant.per_token_cast(x, "e5m6", 512, round_sf=True)
+    q_tk, sf_tk = tk("cast_e5m6").cast_to_e5m6(x, 512, round_sf=True)
+    assert torch.equal(q, q_tk) and torch.equal(sf, sf_tk)
 
 
 def test_within_tilekernels_bounds(references):
@@ -726,8 +771,13 @@ def test_engram_gate_within_tilekernels_bound(references):
 NOT_SERVED = [
     (
         lambda: quant.per_token_cast(X, "e5m6", 128),
-        "per_token_cast: fmt='e5m6'",
-        " (served: 'e4m3', 'e2m1')",
+        "per_token_cast_to_e5m6: num_per_channels=128",
+        " with fmt='e5m6' (served: 256)",
+    ),
+    (
+        lambda: quant.per_token_cast(X, "e3m2", 128),
+        "per_token_cast: fmt='e3m2'",
+        " (served: 'e4m3', 'e2m1', 'e5m6')",
     ),
     (
         lambda: quant.per_token_cast(X, "e4m3", 16),

@@ -90,6 +90,8 @@ CASES = [
     ("per_block_cast_fp8", lambda: (t(256, 72, dtype=F16),)),
     ("per_channel_cast_fp8", lambda: (t(130, 200),)),
     ("per_channel_cast_fp8", lambda: (t(5, 36, dtype=F32),)),
+    ("per_token_cast_e5m6", lambda: (t(4, 64),)),
+    ("per_token_cast_e5m6", lambda: (t(3, 40, dtype=F32), True)),
     ("cast_back", lambda: (fp8(4, 256), t(4, 2, dtype=F32))),
     ("cast_back", lambda: (fp8(130, 200), t(2, 2, dtype=F32), "block128", None, F32)),
     ("cast_back", lambda: (fp8(3, 40), t(3, 1, dtype=F32), None, 40)),

@@ -63,6 +63,7 @@ VARIANTS = (
     "per_channel_cast_fp8_bf16_any",
     "mhc_pre_norm_fn_bf16_any",
     "expand_to_fused_bf16_any",
+    "per_token_cast_e5m6_bf16_any",
 )
 # engram_gate's static variant on the archs where its reductions share one slot under
 # several alias names, whose use varied (on sm_90a it did not).

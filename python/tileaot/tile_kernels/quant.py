@@ -43,11 +43,15 @@ def per_token_cast(
     ``fmt="e2m1"`` (``round_sf=True``, ``num_per_channels`` 16 or 32):
     `tileaot.per_token_cast_fp4` with UE8M0 scales; `out` int8 (two codes a byte, as
     TileKernels packs them), `out_sf` float32 (our exponent bytes decoded exactly).
+    ``fmt="e5m6"``: `per_token_cast_to_e5m6` (every scale layout).
     """
     func = "per_token_cast"
-    _plain_sf(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
     require_none(func, x_block_size=x_block_size)
-    require(func, "fmt", fmt, ("e4m3", "e2m1"))
+    if fmt == "e5m6":
+        sf_options = (use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
+        return per_token_cast_to_e5m6(x, num_per_channels, *sf_options)
+    _plain_sf(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
+    require(func, "fmt", fmt, ("e4m3", "e2m1", "e5m6"))
     if fmt == "e2m1":
         require(func, "round_sf", round_sf, (True,), "fmt='e2m1'")
         require(func, "num_per_channels", num_per_channels, (16, 32), "fmt='e2m1'")
@@ -55,6 +59,35 @@ def per_token_cast(
         return q.view(torch.int8), ue8m0_to_float(e)
     group = _fp8_group(func, x, num_per_channels)
     return tileaot.per_token_cast_fp8(x, group, round_sf=round_sf)
+
+
+def per_token_cast_to_e5m6(
+    x: torch.Tensor,
+    num_per_channels: int,
+    use_tma_aligned_col_major_sf: bool = False,
+    round_sf: bool = False,
+    use_packed_ue8m0: bool = False,
+) -> QuantTensor:
+    """E5M6 cast, one scale per row, `tileaot.per_token_cast_e5m6` (``num_per_channels`` =
+    hidden, as TileKernels requires): `out` uint8 ``[M, 3 * hidden // 2]``; `out_sf`
+    ``[M, 1]`` float32, or int32 holding the scale's exponent byte (``use_packed_ue8m0``;
+    without ``round_sf`` the exponent of the unrounded scale, as TileKernels' reference);
+    ``use_tma_aligned_col_major_sf``: a column-major view of a zero-padded
+    ``[1, align(M, 4)]`` buffer, as TileKernels returns it. Strided rows are copied first."""
+    func = "per_token_cast_to_e5m6"
+    hidden = x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() > 0 else None
+    require(func, "num_per_channels", num_per_channels, (hidden,), "fmt='e5m6'")
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and x.stride(-1) == 1:
+        x = x.contiguous()  # TileKernels reads rows at any stride: the same values
+    q, sf = tileaot.per_token_cast_e5m6(x, round_sf=round_sf)
+    if use_packed_ue8m0:  # the byte, zero-padded to an int32: TileKernels' packing of one
+        sf = (sf.view(torch.int32) >> 23) & 0xFF
+    if use_tma_aligned_col_major_sf:
+        m = sf.shape[0]
+        padded = sf.new_zeros(1, -(-m // 4) * 4)
+        padded[0, :m] = sf[:, 0]
+        sf = padded.T[:m]
+    return q, sf
 
 
 def per_block_cast(
