@@ -589,6 +589,42 @@ def mhc_post_backward(d: Draw) -> Call:
     return c
 
 
+_MIX_FLOAT_BAD = [math.nan, math.inf, 1e39, "2", True, None]
+
+
+def mhc_pre_split_mixes(d: Draw) -> Call:
+    lead, r = d.lead(2), d.pick([1, 2, 4, 8])
+    k = r * (r + 2)
+    x = d.randn((*lead, k), FP32, 3.0)
+    scale, base = d.randn((3,), FP32), d.randn((k,), FP32)
+    c_, eps = d.pick([2.0, 1.0, -0.5]), d.pick([1e-6, 0.0, 1e-2])
+    args = {"input_mixes": x, "mhc_scale": scale, "mhc_base": base, "mhc_mult": r}
+    args |= {"mhc_post_mult_value": c_, "mhc_pre_eps": eps}
+    shapes = [((*lead, r, 1), FP32), ((*lead, r, 1), FP32), ((*lead, r, r), FP32)]
+    c = Call(args, shapes, math.prod(lead) > 0)
+    c.bad = {"mhc_mult": [0, -1, r + 1, 1.5, "4", True, None]}
+    c.bad |= {"mhc_post_mult_value": _MIX_FLOAT_BAD, "mhc_pre_eps": _MIX_FLOAT_BAD}
+    names = ("pre_layer_mix", "post_layer_mix", "comb_res_mix")
+    out = d.outs(c, [(n, s, dt) for n, (s, dt) in zip(names, shapes, strict=True)])
+    # K ties to mhc_base and mhc_mult; the leading dims only to out=
+    c.slot(
+        ("input_mixes",),
+        "input_mixes",
+        (FP32,),
+        every(x.shape) if out else (len(lead),),
+        fixed_rank=out,
+    )
+    c.slot(("mhc_scale",), "mhc_scale", (FP32,), (0,))
+    c.slot(("mhc_base",), "mhc_base", (FP32,), (0,))
+
+    def check(mixes: tuple) -> None:  # tests/test_gpu_mhc_pre_split_mixes.py: the reference's
+        want = _ref("mhc.mhc_pre_split_mixes")(x, scale, base, r, c_, eps)
+        _same_bits(mixes, want)
+
+    c.check = check
+    return c
+
+
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
@@ -1054,6 +1090,7 @@ BUILDERS = {
         mhc_pre_apply_mix_backward,
         mhc_post,
         mhc_post_backward,
+        mhc_pre_split_mixes,
         topk_gate,
         top2_sum_gate,
         topk_sum_and_topk_group_idx,

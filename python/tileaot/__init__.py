@@ -37,6 +37,7 @@ from .mhc_post import mhc_post
 from .mhc_post_backward import mhc_post_backward
 from .mhc_pre_apply_mix import mhc_pre_apply_mix
 from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
+from .mhc_pre_split_mixes import mhc_pre_split_mixes
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .normalize_weight import normalize_weight
@@ -77,6 +78,7 @@ __all__ = [
     "mhc_post_backward",
     "mhc_pre_apply_mix",
     "mhc_pre_apply_mix_backward",
+    "mhc_pre_split_mixes",
     "moe_expand",
     "moe_reduce",
     "normalize_weight",

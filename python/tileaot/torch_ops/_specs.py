@@ -34,6 +34,7 @@ from ..mhc_post import mhc_post
 from ..mhc_post_backward import mhc_post_backward
 from ..mhc_pre_apply_mix import mhc_pre_apply_mix
 from ..mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
+from ..mhc_pre_split_mixes import mhc_pre_split_mixes
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..normalize_weight import normalize_weight
@@ -123,6 +124,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(mhc_pre_apply_mix_backward, dense=_GRAD),
     _from_schema(mhc_post),
     _from_schema(mhc_post_backward, dense=_GRAD),
+    _from_schema(mhc_pre_split_mixes),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),
