@@ -625,6 +625,24 @@ def mhc_pre_split_mixes(d: Draw) -> Call:
     return c
 
 
+def mhc_head_compute_mix(d: Draw) -> Call:
+    lead, r = d.lead(2), d.pick([1, 2, 4, 8, 5])
+    x = d.randn((*lead, r), FP32, 3.0)
+    scale, base, eps = d.randn((1,), FP32), d.randn((r,), FP32), d.pick([1e-6, 0.0, 1e-2])
+    args = {"input_mix": x, "mhc_scale": scale, "mhc_base": base, "mhc_pre_eps": eps}
+    c = Call(args, [(x.shape, FP32)], x.numel() > 0)
+    c.bad = {"mhc_pre_eps": _MIX_FLOAT_BAD}
+    out = d.outs(c, [("out", x.shape, FP32)], pair=False)
+    # R ties to mhc_base; the leading dims only to out=
+    lead_dims = every(x.shape) if out else (len(lead),)
+    c.slot(("input_mix",), "input_mix", (FP32,), lead_dims, fixed_rank=out)
+    c.slot(("mhc_scale",), "mhc_scale", (FP32,), (0,))
+    c.slot(("mhc_base",), "mhc_base", (FP32,), (0,))
+    # tests/test_gpu_mhc_pre_split_mixes.py: the reference's values
+    c.check = lambda y: _same_bits([y], [_ref("mhc.mhc_head_compute_mix")(x, scale, base, eps)])
+    return c
+
+
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
@@ -1091,6 +1109,7 @@ BUILDERS = {
         mhc_post,
         mhc_post_backward,
         mhc_pre_split_mixes,
+        mhc_head_compute_mix,
         topk_gate,
         top2_sum_gate,
         topk_sum_and_topk_group_idx,

@@ -33,6 +33,7 @@ from .gemm import gemm
 from .group_count import group_count
 from .inplace_unique_group_indices import inplace_unique_group_indices
 from .mask_indices_by_tp import mask_indices_by_tp
+from .mhc_head_compute_mix import mhc_head_compute_mix
 from .mhc_post import mhc_post
 from .mhc_post_backward import mhc_post_backward
 from .mhc_pre_apply_mix import mhc_pre_apply_mix
@@ -74,6 +75,7 @@ __all__ = [
     "info",
     "inplace_unique_group_indices",
     "mask_indices_by_tp",
+    "mhc_head_compute_mix",
     "mhc_post",
     "mhc_post_backward",
     "mhc_pre_apply_mix",

@@ -30,6 +30,7 @@ from ..gemm import gemm
 from ..group_count import group_count
 from ..inplace_unique_group_indices import inplace_unique_group_indices
 from ..mask_indices_by_tp import mask_indices_by_tp
+from ..mhc_head_compute_mix import mhc_head_compute_mix
 from ..mhc_post import mhc_post
 from ..mhc_post_backward import mhc_post_backward
 from ..mhc_pre_apply_mix import mhc_pre_apply_mix
@@ -125,6 +126,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(mhc_post),
     _from_schema(mhc_post_backward, dense=_GRAD),
     _from_schema(mhc_pre_split_mixes),
+    _from_schema(mhc_head_compute_mix),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),
