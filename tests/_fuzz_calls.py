@@ -617,7 +617,7 @@ def mhc_pre_split_mixes(d: Draw) -> Call:
     c.slot(("mhc_scale",), "mhc_scale", (FP32,), (0,))
     c.slot(("mhc_base",), "mhc_base", (FP32,), (0,))
 
-    def check(mixes: tuple) -> None:  # tests/test_gpu_mhc_pre_split_mixes.py: the reference's
+    def check(mixes: tuple) -> None:  # tests/test_gpu_mhc_mixes.py: the reference's
         want = _ref("mhc.mhc_pre_split_mixes")(x, scale, base, r, c_, eps)
         _same_bits(mixes, want)
 
@@ -638,7 +638,7 @@ def mhc_head_compute_mix(d: Draw) -> Call:
     c.slot(("input_mix",), "input_mix", (FP32,), lead_dims, fixed_rank=out)
     c.slot(("mhc_scale",), "mhc_scale", (FP32,), (0,))
     c.slot(("mhc_base",), "mhc_base", (FP32,), (0,))
-    # tests/test_gpu_mhc_pre_split_mixes.py: the reference's values
+    # tests/test_gpu_mhc_mixes.py: the reference's values
     c.check = lambda y: _same_bits([y], [_ref("mhc.mhc_head_compute_mix")(x, scale, base, eps)])
     return c
 
