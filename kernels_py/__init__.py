@@ -34,6 +34,8 @@ OP_MODULES = (
     "kernels_py.mhc.mhc_post_backward",
     "kernels_py.mhc.mhc_pre_split_mixes",
     "kernels_py.mhc.mhc_head_compute_mix",
+    "kernels_py.mhc.mhc_pre_split_mixes_backward",
+    "kernels_py.mhc.mhc_head_compute_mix_backward",
     "kernels_py.quant.per_block_cast_fp8",
     "kernels_py.quant.cast_back_fp8",
     "kernels_py.moe.moe_expand",

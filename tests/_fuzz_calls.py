@@ -643,6 +643,61 @@ def mhc_head_compute_mix(d: Draw) -> Call:
     return c
 
 
+def _close_sums(got: torch.Tensor, want: torch.Tensor) -> None:
+    """The token sums: float32 sums in another order (tests/test_gpu_mhc_mixes.py's bound)."""
+    _close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def mhc_pre_split_mixes_backward(d: Draw) -> Call:
+    lead, r = d.lead(2), d.pick([1, 2, 4, 8])
+    k = r * (r + 2)
+    grads = [d.randn((*lead, r, n), FP32) for n in (1, 1, r)]
+    x, scale, base = d.randn((*lead, k), FP32, 3.0), d.randn((3,), FP32), d.randn((k,), FP32)
+    c_ = d.pick([2.0, 1.0, 0.0])
+    names = ("pre_layer_mix_grad", "post_layer_mix_grad", "comb_res_mix_grad")
+    args = dict(zip(names, grads, strict=True))
+    args |= {"input_mixes": x, "mhc_scale": scale, "mhc_base": base, "mhc_post_mult_value": c_}
+    shapes = [(x.shape, FP32), ((3,), FP32), ((k,), FP32)]
+    c = Call(args, shapes, math.prod(lead) > 0)
+    c.bad = {"mhc_post_mult_value": _MIX_FLOAT_BAD}
+    out_names = ("input_mixes_grad", "mhc_scale_grad", "mhc_base_grad")
+    d.outs(c, [(n, s, dt) for n, (s, dt) in zip(out_names, shapes, strict=True)])
+    for name, t in args.items():  # every dim ties to another input's
+        if isinstance(t, torch.Tensor):
+            c.slot((name,), name, (FP32,), every(t.shape))
+
+    def check(got: tuple) -> None:  # tests/test_gpu_mhc_mixes.py's bounds
+        want = _ref("mhc.mhc_pre_split_mixes_backward")(*grads, x, scale, base, c_)
+        _same_bits(got[:1], want[:1])
+        for g, w in zip(got[1:], want[1:], strict=True):
+            _close_sums(g, w)
+
+    c.check = check
+    return c
+
+
+def mhc_head_compute_mix_backward(d: Draw) -> Call:
+    lead, r = d.lead(2), d.pick([1, 2, 4, 8, 5])
+    g, x = d.randn((*lead, r), FP32), d.randn((*lead, r), FP32, 3.0)
+    scale, base = d.randn((1,), FP32), d.randn((r,), FP32)
+    args = {"output_mix_grad": g, "input_mix": x, "mhc_scale": scale, "mhc_base": base}
+    shapes = [(x.shape, FP32), ((1,), FP32), ((r,), FP32)]
+    c = Call(args, shapes, x.numel() > 0)
+    for name, t in args.items():  # every dim ties to another input's
+        c.slot((name,), name, (FP32,), every(t.shape))
+    out_names = ("input_mix_grad", "mhc_scale_grad", "mhc_base_grad")
+    d.outs(c, [(n, s, dt) for n, (s, dt) in zip(out_names, shapes, strict=True)])
+
+    def check(got: tuple) -> None:  # tests/test_gpu_mhc_mixes.py's bounds
+        want = _ref("mhc.mhc_head_compute_mix_backward")(g, x, scale, base)
+        _same_bits(got[:1], want[:1])
+        for a, w in zip(got[1:], want[1:], strict=True):
+            _close_sums(a, w)
+
+    c.check = check
+    return c
+
+
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
@@ -1110,6 +1165,8 @@ BUILDERS = {
         mhc_post_backward,
         mhc_pre_split_mixes,
         mhc_head_compute_mix,
+        mhc_pre_split_mixes_backward,
+        mhc_head_compute_mix_backward,
         topk_gate,
         top2_sum_gate,
         topk_sum_and_topk_group_idx,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from . import _arrays
+from . import _arrays, _grad
 from ._mhc_args import float32_arg
 from ._schema import OpSchema
 
@@ -18,6 +18,7 @@ SCHEMA = OpSchema(
     " -> output_mix[*M, R]: fp32 as out; mhc_pre_eps: float32",
     key="fp32",
     example={"M": 32768, "R": 4},
+    backward="mhc_head_compute_mix_backward",
 )
 
 
@@ -51,7 +52,11 @@ def mhc_head_compute_mix(
 
     Returns:
         ``[..., R]``, ``torch.float32`` (`out` itself if given); returned without launching
-        anything when empty. Not differentiable yet.
+        anything when empty.
+
+    Differentiable in the three tensors: the backward is
+    :func:`tileaot.mhc_head_compute_mix_backward` (the inputs are saved; it serves R <= 256).
+    Double backward is not supported. `out` only outside autograd.
 
     Raises:
         TypeError: a tensor argument is not a tensor or not float32; `mhc_pre_eps` is not a
@@ -77,12 +82,33 @@ def mhc_head_compute_mix(
     if type(input_mix) is not _arrays.Tensor and _arrays.foreign(input_mix):
         return _arrays.call(mhc_head_compute_mix, locals())
     eps = float32_arg("mhc_pre_eps", mhc_pre_eps)
-    inputs = {"input_mix": input_mix, "mhc_scale": mhc_scale, "mhc_base": mhc_base}
-    bound = SCHEMA.bind(inputs)
-    (y,) = SCHEMA.outputs(_arrays.namespace(input_mix), input_mix, bound, out, inputs)
-    if y.numel() == 0:
-        return y
-    SCHEMA.launch("fp32", bound.device, (input_mix, mhc_scale, mhc_base, y), (eps,), bound.dims)
+    tensors = (input_mix, mhc_scale, mhc_base)
+    bound = SCHEMA.bind(dict(zip(_NAMES, tensors, strict=True)))
+    if any(t.requires_grad for t in tensors) and _arrays.namespace(input_mix).is_grad_enabled():
+        if out is not None:
+            raise ValueError(
+                "out= is not allowed when an input requires grad (the result would not be "
+                "differentiable): pass out=None, or call under torch.no_grad()"
+            )
+        return _grad.function(SCHEMA, _autograd_forward, 3, scalars=()).apply(*tensors, eps)
+    return _forward(tensors, eps, out, bound)
+
+
+_NAMES = ("input_mix", "mhc_scale", "mhc_base")
+
+
+def _autograd_forward(*args: Any) -> torch.Tensor:
+    return _forward(args[:3], args[3], None)
+
+
+def _forward(tensors: tuple, eps: float, out: Any, bound: Any = None) -> torch.Tensor:
+    """The launch of a checked call (`bound`: its `SCHEMA.bind`, done again if None)."""
+    inputs = dict(zip(_NAMES, tensors, strict=True))
+    if bound is None:
+        bound = SCHEMA.bind(inputs)
+    (y,) = SCHEMA.outputs(_arrays.namespace(tensors[0]), tensors[0], bound, out, inputs)
+    if y.numel() > 0:
+        SCHEMA.launch("fp32", bound.device, (*tensors, y), (eps,), bound.dims)
     return y
 
 

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from . import _arrays
+from . import _arrays, _grad
 from ._mhc_args import check_mhc_mult, float32_arg, mixes_width
 from ._schema import OpSchema
 
@@ -21,6 +21,7 @@ SCHEMA = OpSchema(
     key="fp32",
     example={"M": 32768, "K": 24, "R": 4},
     public={"R": "mhc_mult"},
+    backward="mhc_pre_split_mixes_backward",
 )
 
 
@@ -67,7 +68,11 @@ def mhc_pre_split_mixes(
 
     Returns:
         ``(pre_layer_mix, post_layer_mix, comb_res_mix)`` (`out`'s tensors if given); returned
-        without launching anything when there are no tokens. Not differentiable yet.
+        without launching anything when there are no tokens.
+
+    Differentiable in the three tensors: the backward is
+    :func:`tileaot.mhc_pre_split_mixes_backward` (the inputs are saved; it serves R <= 15).
+    Double backward is not supported. `out` only outside autograd.
 
     Raises:
         TypeError: a tensor argument is not a tensor or not float32; `mhc_mult` is not an int;
@@ -102,11 +107,30 @@ def mhc_pre_split_mixes(
     inputs = {"input_mixes": input_mixes, "mhc_scale": mhc_scale, "mhc_base": mhc_base}
     bound = SCHEMA.bind(inputs, R=mhc_mult)
     mixes_width("input_mixes", bound.dims["K"], mhc_mult)
-    outs = SCHEMA.outputs(_arrays.namespace(input_mixes), input_mixes, bound, out, inputs)
-    if bound.dims["M"] == 0:
-        return outs
-    tensors = (input_mixes, mhc_scale, mhc_base, *outs)
-    SCHEMA.launch("fp32", bound.device, tensors, scalars, bound.dims)
+    tensors = (input_mixes, mhc_scale, mhc_base)
+    if any(t.requires_grad for t in tensors) and _arrays.namespace(input_mixes).is_grad_enabled():
+        if out is not None:
+            raise ValueError(
+                "out= is not allowed when an input requires grad (the results would not be "
+                "differentiable): pass out=None, or call under torch.no_grad()"
+            )
+        fn = _grad.function(SCHEMA, _autograd_forward, 3, scalars=(1,))  # the factor
+        return fn.apply(*tensors, mhc_mult, *scalars)
+    return _forward(tensors, mhc_mult, scalars, out, bound)
+
+
+def _autograd_forward(*args: Any) -> tuple:
+    return _forward(args[:3], args[3], args[4:], None)
+
+
+def _forward(tensors: tuple, r: int, scalars: tuple, out: Any, bound: Any = None) -> tuple:
+    """The launch of a checked call (`bound`: its `SCHEMA.bind`, done again if None)."""
+    inputs = dict(zip(("input_mixes", "mhc_scale", "mhc_base"), tensors, strict=True))
+    if bound is None:
+        bound = SCHEMA.bind(inputs, R=r)
+    outs = SCHEMA.outputs(_arrays.namespace(tensors[0]), tensors[0], bound, out, inputs)
+    if bound.dims["M"] > 0:
+        SCHEMA.launch("fp32", bound.device, (*tensors, *outs), scalars, bound.dims)
     return outs
 
 
