@@ -123,6 +123,96 @@ def test_match_tile_kernels_references(r):
     )
 
 
-@pytest.mark.parametrize("op", ["mhc_pre_split_mixes", "mhc_head_compute_mix"])
+def _sums_close(got: torch.Tensor, terms: torch.Tensor) -> None:
+    """A float32 sum of `terms` (float64, the summed dim first) in another order: within
+    ``4e-5 * sum |terms|`` (a few hundred float32 additions deep at 65537 tokens)."""
+    err = (got.double() - terms.sum(0)).abs()
+    ok = err <= 4e-5 * terms.abs().sum(0) + 1e-30
+    assert bool(ok.all()), f"max error {err.max()}"
+
+
+@pytest.mark.parametrize(("t", "r"), CASES)
+def test_split_backward(t, r):
+    import tileaot
+
+    from kernels_py.mhc.mhc_pre_split_mixes import scales
+    from kernels_py.mhc.mhc_pre_split_mixes_backward import reference
+
+    k = r * (r + 2)
+    x = torch.randn(t, k, device="cuda") * 3
+    scale, base = torch.randn(3, device="cuda"), torch.randn(k, device="cuda")
+    grads = [torch.randn(t, r, n, device="cuda") for n in (1, 1, r)]
+    out = tuple(torch.full(s, math.nan, dtype=F32, device="cuda") for s in ((t, k), (3,), (k,)))
+    shapes = [*(g.shape for g in grads), (t, k), (3,), (k,), *(o.shape for o in out)]
+    name = selected("mhc_pre_split_mixes_backward", "fp32", [*shapes, (-(-t // 256), 2 * k)])
+    SEEN.add(name)
+    got = tileaot.mhc_pre_split_mixes_backward(*grads, x, scale, base, 2.0, out=out)
+    torch.cuda.synchronize()
+    assert all(g is o for g, o in zip(got, out, strict=True))
+    want = reference(*grads, x, scale, base, 2.0)
+    assert torch.equal(_bits(got[0]), _bits(want[0])), name
+    gz = (want[0] / scales(scale, r)).double()  # exact: a product by the scale, undone
+    _sums_close(got[2], gz)
+    by_col = gz * x.double()
+    segs = (by_col[:, :r], by_col[:, r : 2 * r], by_col[:, 2 * r :])
+    for i, seg in enumerate(segs):
+        _sums_close(got[1][i : i + 1], seg.reshape(-1, 1))
+    again = tileaot.mhc_pre_split_mixes_backward(*grads, x, scale, base, 2.0)
+    assert all(torch.equal(_bits(a), _bits(g)) for a, g in zip(again, got, strict=True))
+
+
+@pytest.mark.parametrize(("t", "r"), CASES)
+def test_head_backward(t, r):
+    import tileaot
+
+    from kernels_py.mhc.mhc_head_compute_mix_backward import reference
+
+    x, g = torch.randn(t, r, device="cuda") * 3, torch.randn(t, r, device="cuda")
+    scale, base = torch.randn(1, device="cuda"), torch.randn(r, device="cuda")
+    out = tuple(torch.full(s, math.nan, dtype=F32, device="cuda") for s in ((t, r), (1,), (r,)))
+    shapes = [(t, r), (t, r), (1,), (r,), *(o.shape for o in out), (-(-t // 256), 2 * r)]
+    name = selected("mhc_head_compute_mix_backward", "fp32", shapes)
+    SEEN.add(name)
+    got = tileaot.mhc_head_compute_mix_backward(g, x, scale, base, out=out)
+    torch.cuda.synchronize()
+    want = reference(g, x, scale, base)
+    assert torch.equal(_bits(got[0]), _bits(want[0])), name
+    gz = (want[0] / scale).double()
+    _sums_close(got[2], gz)
+    _sums_close(got[1], (gz * x.double()).reshape(-1, 1))
+
+
+@pytest.mark.parametrize("r", [4, 8])
+def test_autograd_matches_tile_kernels_references(r):
+    import tileaot
+    from _tile_kernels import tk
+
+    ref = tk("mhc")
+    k = r * (r + 2)
+    x = torch.randn(2, 1023, k, device="cuda")
+    scale, base = torch.randn(3, device="cuda") * 0.1, torch.randn(k, device="cuda") * 0.1
+    grads = [torch.randn(2, 1023, r, n, device="cuda") for n in (1, 1, r)]
+    results = []
+    for fn in (tileaot.mhc_pre_split_mixes, ref.mhc_pre_split_mixes_ref):
+        leaves = [t.clone().requires_grad_(True) for t in (x, scale, base)]
+        torch.autograd.backward(fn(*leaves, r, 2.0, 1e-6), grads)
+        results.append([leaf.grad for leaf in leaves])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    m, g = x[..., :r].contiguous(), grads[0][..., 0].contiguous()
+    results = []
+    for fn in (tileaot.mhc_head_compute_mix, ref.mhc_head_compute_mix_ref):
+        leaves = [t.clone().requires_grad_(True) for t in (m, scale[:1], base[:r])]
+        fn(*leaves, 1e-6).backward(g)
+        results.append([leaf.grad for leaf in leaves])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+OPS = ["mhc_pre_split_mixes", "mhc_head_compute_mix"]
+OPS += [f"{op}_backward" for op in OPS]
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_every_variant_for_this_gpu_was_exercised(op):
     assert_every_variant_exercised((op,), SEEN)

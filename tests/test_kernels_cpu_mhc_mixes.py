@@ -104,3 +104,58 @@ def test_lowering_rounds_as_torch_on_every_default_arch(module):
 def test_only_float32_is_built(module):
     with pytest.raises(ValueError, match="unsupported dtype"):
         module.factory(arch="sm_90a", dtype="bfloat16")
+
+
+def _autograd(fn, tensors, grads, *scalars):
+    leaves = [t.clone().requires_grad_(True) for t in tensors]
+    outs = fn(*leaves, *scalars)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    torch.autograd.backward(outs, grads)
+    return [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("t", TOKENS)
+@pytest.mark.parametrize("r", [1, 4, 8])
+def test_split_backward_reference_against_autograd(t, r):
+    """input_mixes_grad: the same float32 products as autograd through TileKernels' reference
+    (torch's CPU kernels may round ``1 - s`` and the products in another order: a few ulps,
+    more where ``1 - s`` cancels); the token sums against float64 autograd within float32
+    summation error."""
+    from kernels_py.mhc import mhc_pre_split_mixes_backward as split_bwd
+
+    k = r * (r + 2)
+    x, scale, base = torch.randn(t, k) * 3, torch.randn(3), torch.randn(k)
+    grads = [torch.randn(t, r, n) for n in (1, 1, r)]
+    got = split_bwd.reference(*grads, x, scale, base, 2.0)
+    assert [g.shape for g in got] == [(t, k), (3,), (k,)]
+    ref = tk("mhc").mhc_pre_split_mixes_ref
+    want = _autograd(
+        ref, (x.unsqueeze(0), scale, base), [g.unsqueeze(0) for g in grads], r, 2.0, 0.0
+    )
+    torch.testing.assert_close(got[0], want[0][0], rtol=1e-4, atol=1e-6)
+    f64 = _autograd(
+        lambda *a: split.reference(*a),
+        (x.double(), scale.double(), base.double()),
+        [g.double() for g in grads],
+        r,
+        2.0,
+        0.0,
+    )
+    for g, w in zip(got[1:], f64[1:], strict=True):
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4 * math.sqrt(t + 1))
+
+
+@pytest.mark.parametrize("t", TOKENS)
+@pytest.mark.parametrize("r", [1, 4, 5])
+def test_head_backward_reference_against_autograd(t, r):
+    from kernels_py.mhc import mhc_head_compute_mix_backward as head_bwd
+
+    x, scale, base, g = torch.randn(t, r) * 3, torch.randn(1), torch.randn(r), torch.randn(t, r)
+    got = head_bwd.reference(g, x, scale, base)
+    assert [a.shape for a in got] == [(t, r), (1,), (r,)]
+    ref = tk("mhc").mhc_head_compute_mix_ref
+    want = _autograd(ref, (x.unsqueeze(0), scale, base), [g.unsqueeze(0)], 1e-6)
+    torch.testing.assert_close(got[0], want[0][0], rtol=1e-4, atol=1e-6)
+    f64 = _autograd(head.reference, (x.double(), scale.double(), base.double()), [g.double()], 0.0)
+    for a, w in zip(got[1:], f64[1:], strict=True):
+        torch.testing.assert_close(a.double(), w, rtol=1e-4, atol=1e-4 * math.sqrt(t + 1))
