@@ -77,6 +77,14 @@ def _per_block_cast(m: int, n: int, round_sf: bool):
     return make
 
 
+def _per_channel_cast(m: int, n: int, round_sf: bool):
+    def make(tk):
+        x = _bf16(m, n)
+        return lambda: tk.quant.per_channel_cast(x, "e4m3", 128, round_sf=round_sf)
+
+    return make
+
+
 def _cast_back_fp8(m: int, n: int, block: tuple[int, int], fmt: str):
     def make(tk):
         q = _fp8(m, n)
@@ -393,6 +401,7 @@ def _op(op: str, *rows: tuple, bench: str = "") -> list[Case]:
 X, X2 = "32768x7168", "32768x2*7168"
 PTC8, PTC8R = "per_token_cast_fp8 bf16 g128", "per_token_cast_fp8 bf16 g128 round_sf"
 PBC, PTC4 = "per_block_cast_fp8 bf16", "per_token_cast_fp4 bf16 g32 ue8m0"
+PCC = "per_channel_cast_fp8 bf16"
 CB, SW, SWW = (
     "cast_back fp8 g128 -> bf16",
     "swiglu_per_token_cast_fp8 bf16",
@@ -413,6 +422,10 @@ CASES: list[Case] = [
          (PBC, X, _per_block_cast(32768, 7168, False)),
          (PBC, "128x4096", _per_block_cast(128, 4096, False)),
          (PBC + " round_sf", X, _per_block_cast(32768, 7168, True))),
+    *_op("per_channel_cast_fp8",
+         (PCC, X, _per_channel_cast(32768, 7168, False)),
+         (PCC, "128x4096", _per_channel_cast(128, 4096, False)),
+         (PCC + " round_sf", X, _per_channel_cast(32768, 7168, True))),
     *_op("per_token_cast_fp4",
          (PTC4, X, _per_token_cast(32768, 7168, "e2m1", 32, True)),
          (PTC4, "128x4096", _per_token_cast(128, 4096, "e2m1", 32, True)),
@@ -522,6 +535,8 @@ CASES: list[Case] = [
     *_op("engram_hash", ("engram_hash n3 l2 e8", "32768", _engram_hash(32768))),
     *_op("mhc_pre_split_mixes", (None, "4x8192x24", _pre_split_mixes(4, 8192))),
     *_op("mhc_head_compute_mix", (None, "4x8192x4", _head_compute_mix(4, 8192))),
-    *_op("mhc_pre_norm_fn", (None, "1x8192x4x7168", _pre_norm_fn(1, 8192, 7168))),
+    *_op("mhc_pre_norm_fn",
+         ("mhc_pre_norm_fn r4", M, _pre_norm_fn(1, 8192, 7168)),
+         ("mhc_pre_norm_fn r4", MB, _pre_norm_fn(1, 128, 4096))),
 ]
 # fmt: on

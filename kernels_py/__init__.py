@@ -36,6 +36,7 @@ OP_MODULES = (
     "kernels_py.mhc.mhc_head_compute_mix",
     "kernels_py.mhc.mhc_pre_split_mixes_backward",
     "kernels_py.mhc.mhc_head_compute_mix_backward",
+    "kernels_py.mhc.mhc_pre_norm_fn",
     "kernels_py.quant.per_block_cast_fp8",
     "kernels_py.quant.cast_back_fp8",
     "kernels_py.moe.moe_expand",
@@ -46,6 +47,7 @@ OP_MODULES = (
     "kernels_py.engram.engram_hash",
     "kernels_py.quant.per_token_cast_fp4",
     "kernels_py.quant.cast_back_fp4",
+    "kernels_py.quant.per_channel_cast_fp8",
 )
 
 

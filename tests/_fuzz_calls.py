@@ -267,6 +267,23 @@ def per_block_cast_fp8(d: Draw) -> Call:
     return c
 
 
+def per_channel_cast_fp8(d: Draw) -> Call:
+    dt, m, n = d.pick(FLOATS), d.size(300), d.size(200)
+    x = d.randn((m, n), dt, 10.0)
+    scales = (-(-m // 128), n)  # one per column of every 128 rows
+    round_sf = d.flag()
+    c = Call(
+        {"x": x, "round_sf": round_sf},
+        [((m, n), E4M3), (scales, FP32)],
+        m * n > 0,
+        bad={"round_sf": [1, None]},
+    )
+    out = d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", scales, FP32)])
+    c.slot(("x",), "x", FLOATS, (0, 1) if out else ())
+    c.check = lambda result: _same_bits(result, _ref("quant.per_channel_cast_fp8")(x, round_sf))
+    return c
+
+
 def _scale_shape(layout: str, m: int, n: int) -> tuple[int, int]:
     if layout[0] == "g":
         return (m, n // int(layout[1:]))
@@ -693,6 +710,28 @@ def mhc_head_compute_mix_backward(d: Draw) -> Call:
         _same_bits(got[:1], want[:1])
         for a, w in zip(got[1:], want[1:], strict=True):
             _close_sums(a, w)
+
+    c.check = check
+    return c
+
+
+def mhc_pre_norm_fn(d: Draw) -> Call:
+    lead, r, h = d.lead(2), d.pick([1, 2, 4, 8]), d.size(70, lo=2)  # H = 1: [N, R] is [N, R, H]
+    n = d.pick([1, 7, 24, 32])
+    residual = d.randn((*lead, r, h), BF16)
+    fn = d.randn((n, r * h), FP32, 1e-2)
+    shape = (*lead, n)
+    args = {"residual": residual, "mhc_fn": fn, "mhc_norm_weight": None, "mhc_norm_eps": 1e-6}
+    c = Call(args, [(shape, FP32)], math.prod(shape) > 0, bad={"mhc_norm_eps": BAD_EPS})
+    out = d.outs(c, [("out", shape, FP32)], pair=False)
+    tail = every(residual.shape)[-2:]  # R and H tie to mhc_fn's columns R * H
+    c.slot(("residual",), "residual", (BF16,), every(residual.shape) if out else tail,
+           fixed_rank=out)  # fmt: skip
+    # [N, R * H] or [N, R, H] are both valid: a dim added can make the other layout
+    c.slot(("mhc_fn",), "mhc_fn", (FP32,), (0, 1) if out else (1,), fixed_rank=False)
+
+    def check(y: torch.Tensor) -> None:  # tests/test_gpu_mhc_pre_norm_fn.py's bound
+        _close(y, _ref("mhc.mhc_pre_norm_fn")(residual, fn, 1e-6), rtol=1e-3, atol=1e-3)
 
     c.check = check
     return c
@@ -1150,6 +1189,7 @@ BUILDERS = {
         per_token_cast_fp8,
         per_token_cast_fp8_groups,
         per_block_cast_fp8,
+        per_channel_cast_fp8,
         cast_back,
         cast_back_groups,
         cast_back_fp4,
@@ -1167,6 +1207,7 @@ BUILDERS = {
         mhc_head_compute_mix,
         mhc_pre_split_mixes_backward,
         mhc_head_compute_mix_backward,
+        mhc_pre_norm_fn,
         topk_gate,
         top2_sum_gate,
         topk_sum_and_topk_group_idx,

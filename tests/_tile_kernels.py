@@ -27,3 +27,11 @@ def tk(module: str = "") -> ModuleType:
         return importlib.import_module("tile_kernels.torch" + (f".{module}" if module else ""))
     except ImportError as e:  # pragma: no cover - depends on the machine
         pytest.skip(f"needs tile-kernels=={VERSION} and tilelang ({e})")
+
+
+def calc_diff(x, y) -> float:
+    """TileKernels' own test metric (`tile_kernels.testing.numeric.calc_diff`: 1 - cosine
+    similarity in float64), so bounds taken from its tests are checked with its function."""
+    tk()  # imports tile_kernels (or skips)
+    numeric = importlib.import_module("tile_kernels.testing.numeric")
+    return float(numeric.calc_diff(x, y))

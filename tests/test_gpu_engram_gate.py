@@ -476,13 +476,6 @@ def test_clamp_value_forward_and_backward(key, shape):
     assert (grads[1][below] == 0).all()  # grad_k: only the gate path, closed below the clamp
 
 
-def _calc_diff(x, y):
-    """TileKernels' ``tile_kernels.testing.numeric.calc_diff``."""
-    x, y = x.double(), y.double()
-    denominator = (x * x + y * y).sum()
-    return 0.0 if denominator == 0 else (1 - 2 * (x * y).sum() / denominator).item()
-
-
 @pytest.mark.parametrize("hidden", [2048, 4096, 7168])
 @pytest.mark.parametrize("hc", [1, 4])
 @pytest.mark.parametrize("tokens", [1023, 4096])
@@ -492,7 +485,7 @@ def test_matches_tile_kernels_reference_within_its_bounds(tokens, hc, hidden):
     gradients, as TileKernels') against autograd of its reference, the backward fed the
     statistics its reference forward saved (as TileKernels' backward test feeds its kernel)."""
     import tileaot
-    from _tile_kernels import tk
+    from _tile_kernels import calc_diff, tk
 
     ref_fn = tk("engram").engram_gate_ref
     tokens = sized((tokens, hc, hidden))[0]
@@ -510,12 +503,12 @@ def test_matches_tile_kernels_reference_within_its_bounds(tokens, hc, hidden):
                                          clamp_value=1e-6)  # fmt: skip
     want.backward(go)
     want_g = saved[1]
-    assert _calc_diff(out, want) < 2e-10
-    assert _calc_diff(g, want_g) < 2e-10
+    assert calc_diff(out, want) < 2e-10
+    assert calc_diff(g, want_g) < 2e-10
     for name, a, leaf in zip(("x", "k", "v", "wh", "we"), grads, leaves, strict=True):
         assert a.dtype == leaf.grad.dtype, name
         bound = 1e-8
-        diff = _calc_diff(a.reshape(leaf.shape), leaf.grad)
+        diff = calc_diff(a.reshape(leaf.shape), leaf.grad)
         assert diff < bound, f"grad_{name}: calc_diff {diff:.3e} >= {bound}"
 
 

@@ -89,6 +89,18 @@ def test_per_block_cast(m, round_sf):
     _same(sf, sf_tk, "sf")
 
 
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("m", (128, *TOKENS))
+def test_per_channel_cast(m, round_sf, dtype):
+    x = _x(m, 7168, dtype, seed=m)
+    _poison()
+    q, sf = _compat().quant.per_channel_cast(x, "e4m3", 128, round_sf=round_sf)
+    q_tk, sf_tk = _tk("cast").cast(x, "e4m3", (128, 1), round_sf=round_sf)
+    _same(q, q_tk, "q")
+    _same(sf, sf_tk, "sf")
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "fp32"])
 @pytest.mark.parametrize("block", [(1, 32), (1, 64), (1, 128), (1, 7168), (128, 128)])
 @pytest.mark.parametrize("m", TOKENS)

@@ -101,6 +101,22 @@ test_bad_calls_raise_before_any_launch = refusals_test(BAD)
 
 @needs_tilelang
 def test_lowers_for_every_default_arch():
-    """One key, one variant: the generic kernel on each default arch (IEEE adds and divides)."""
+    """One key: the generic kernel on each default arch (IEEE adds and divides)."""
     for arch, src in default_arch_sources(m.factory, "nw", dtype="float32"):
         assert "__fdiv_rn" in src and "__fadd_rn" in src, arch
+
+
+@needs_tilelang
+@pytest.mark.parametrize("k", [*m.STATIC_K, 6, 3])
+def test_static_k_moves_the_row_in_16_byte_vectors(k):
+    """A static K reads and writes the row as float4 where 4 divides K (float2 / float for
+    the others), with the generic kernel's IEEE adds and divides."""
+    width = "float4" if k % 4 == 0 else "float2" if k % 2 == 0 else None
+    for arch, src in default_arch_sources(m.factory, f"nwk{k}", dtype="float32", K=k):
+        assert "__fdiv_rn" in src and "__fadd_rn" in src, arch
+        assert (f"*({width}*)(topk_weights" in src) if width else ("float4" not in src), arch
+
+
+def test_static_k_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="static K must be"):
+        m.factory("90a", "float32", K=m.MAX_STATIC_K + 1)

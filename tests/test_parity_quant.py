@@ -121,6 +121,28 @@ def test_swiglu_per_token_cast_fp8_matches_tilekernels(m, weighted, clamp, round
     _same(s, s_tk, "scale")
 
 
+@pytest.mark.parametrize("round_sf", [False, True], ids=["f32", "pow2"])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("m", (0, *TOKENS))
+def test_per_channel_cast_fp8_matches_tilekernels(m, dtype, round_sf):
+    """TileKernels' per_channel_cast is ``cast(x, "e4m3", (128, 1))`` (its torch reference);
+    the edge rows transposed become edge columns (all-zero, -0.0, huge, tiny, ties), each one
+    a scale group of its own."""
+    from kernels_py.quant import per_channel_cast_fp8 as pc
+
+    cast = tk("cast").cast
+    for n in (*_hidden(m), 300):
+        x = torch.empty(0, n, dtype=dtype)
+        if m:
+            rows = _inputs(m, n, dtype, seed=3 * m + n)
+            cols = _inputs(n, max(m, 8), dtype, seed=m + 5 * n)[:, :m]  # _inputs: 6+ columns
+            x = torch.cat([rows, cols.T], dim=1).contiguous()
+        q, s = pc.reference(x, round_sf=round_sf)
+        q_tk, s_tk = cast(x, "e4m3", (128, 1), round_sf=round_sf)
+        _same(q, q_tk, f"q, N={n}")
+        _same(s, s_tk, f"scale, N={n}")
+
+
 def test_edge_inputs_reach_the_edges():
     """The edge rows do what they are there for (so the parity above covers them)."""
     x = _inputs(129, 640, torch.bfloat16, seed=1)

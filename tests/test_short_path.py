@@ -121,6 +121,7 @@ CASES = {
         {"clamp": 7.0, "out": (_e4m3(5, 256), _f32(5, 2))},
     ),
     "per_block_cast_fp8": lambda: ((t(130, 300),), {"out": (_e4m3(130, 300), _f32(2, 3))}),
+    "per_channel_cast_fp8": lambda: ((t(130, 24),), {"out": (_e4m3(130, 24), _f32(2, 24))}),
     "per_token_cast_fp4": lambda: (
         (t(13, 512), 16, "e4m3"),
         {"out": (_u8(13, 256), _e4m3(13, 32))},
@@ -211,6 +212,7 @@ BAD_RANKS = {
         {"out": (_e4m3(5), _f32(256, 5, 2))},
     ),
     "per_block_cast_fp8": lambda: ((t(130, 300),), {"out": (_e4m3(130), _f32(300, 2, 3))}),
+    "per_channel_cast_fp8": lambda: ((t(130, 24),), {"out": (_e4m3(130), _f32(24, 2, 24))}),
     "per_token_cast_fp4": lambda: (
         (t(13, 512), 16, "e4m3"),
         {"out": (_u8(13), _e4m3(256, 13, 32))},

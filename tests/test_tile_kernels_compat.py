@@ -121,6 +121,7 @@ MIX, COMB = t(2, 3, 4, 1, dtype=F32), t(2, 3, 4, 4, dtype=F32)
 ENG_H, ENG_K, ENG_V, ENG_W = t(2, 4, 256), t(2, 4, 256), t(2, 256), t(4, 256)
 HASH_IDS, HASH_MULT = t(9, 3, dtype=I32), t(2, 3, dtype=torch.int64)
 HASH_SIZES, HASH_OFFSETS = t(2, 2, 8, dtype=I32), t(2, 16, dtype=I32)
+NORM_FN = t(24, 4 * 256, dtype=F32)
 
 # (id, compat call, direct tileaot call, TileKernels' (dtype, shape) of each result)
 CASES = [
@@ -153,6 +154,12 @@ CASES = [
         lambda: quant.per_block_cast(X, "e4m3", (128, 128), round_sf=True),
         lambda: tileaot.per_block_cast_fp8(X, round_sf=True),
         [(F8, (8, 256)), (F32, (1, 2))],
+    ),
+    (
+        "per_channel_cast",
+        lambda: quant.per_channel_cast(X, "e4m3", 128, round_sf=True),
+        lambda: tileaot.per_channel_cast_fp8(X, round_sf=True),
+        [(F8, (8, 256)), (F32, (1, 256))],
     ),
     (
         "cast_back-g128",
@@ -324,6 +331,12 @@ CASES = [
         lambda: tileaot.sinkhorn_normalize(SINK.transpose(1, 2).contiguous(), 20, 1e-5),
         [(F32, (3, 4, 4))],
     ),
+    (
+        "mhc_pre_norm_fn",
+        lambda: ops.mhc_pre_norm_fn(RES, NORM_FN, None, 1e-6, False, 4),
+        lambda: tileaot.mhc_pre_norm_fn(RES, NORM_FN, None, 1e-6),
+        [(F32, (2, 3, 24))],
+    ),
 ]
 
 
@@ -403,6 +416,7 @@ def _stand_ins() -> dict:
     from kernels_py.quant import cast_back_fp4 as cb4
     from kernels_py.quant import cast_back_fp8 as cb8
     from kernels_py.quant import per_block_cast_fp8 as pb
+    from kernels_py.quant import per_channel_cast_fp8 as pc
     from kernels_py.quant import per_token_cast_fp4 as fp4
     from kernels_py.quant import per_token_cast_fp8 as pt
 
@@ -419,6 +433,7 @@ def _stand_ins() -> dict:
     return {
         "per_token_cast_fp8": lambda x, g=128, *, round_sf=False: pt.reference(x, g, round_sf),
         "per_block_cast_fp8": lambda x, *, round_sf=False: pb.reference(x, round_sf),
+        "per_channel_cast_fp8": lambda x, *, round_sf=False: pc.reference(x, round_sf),
         "per_token_cast_fp4": fp4.reference,
         "cast_back": cast_back,
         "swiglu_per_token_cast_fp8": swq.reference,
@@ -439,7 +454,17 @@ def _stand_ins() -> dict:
         "mhc_post": _no_out(mp.reference),
         "engram_gate": lambda *args: eg.reference(*args)[0],
         "engram_hash": _no_out(eh.reference),
+        "mhc_pre_norm_fn": _weighted_norm_fn,
     }
+
+
+def _weighted_norm_fn(residual, mhc_fn, mhc_norm_weight=None, mhc_norm_eps=1e-6, *, out=None):
+    """tileaot.mhc_pre_norm_fn on its kernel's reference (the weight multiplied first)."""
+    from kernels_py.mhc import mhc_pre_norm_fn as pnf
+
+    assert out is None
+    fn = mhc_fn if mhc_norm_weight is None else mhc_fn * mhc_norm_weight
+    return pnf.reference(residual, fn, mhc_norm_eps)
 
 
 def _no_out(reference):
@@ -522,6 +547,11 @@ def _tk_cases():
             "per_block_cast",
             lambda: quant.per_block_cast(x, "e4m3", (128, 128)),
             lambda: cast.cast(x, "e4m3", (128, 128)),
+        ),
+        (
+            "per_channel_cast",
+            lambda: quant.per_channel_cast(x, "e4m3", 128, round_sf=True),
+            lambda: cast.cast(x, "e4m3", (128, 1), round_sf=True),
         ),
         (
             "cast_back-g128",
@@ -616,7 +646,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 23  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 24  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -709,6 +739,16 @@ NOT_SERVED = [
         lambda: quant.per_token_cast(X, "e2m1", 128, round_sf=True),
         "per_token_cast: num_per_channels=128",
         " with fmt='e2m1' (served: 16, 32)",
+    ),
+    (
+        lambda: quant.per_channel_cast(X, "e4m3", 32),
+        "per_channel_cast: num_per_tokens=32",
+        " (served: 128)",
+    ),
+    (
+        lambda: quant.per_channel_cast(X, "e2m1", 128),
+        "per_channel_cast: fmt='e2m1'",
+        " (served: 'e4m3')",
     ),
     (
         lambda: quant.per_block_cast(X, "e4m3", (64, 64)),
@@ -870,3 +910,22 @@ def test_tileaot_imports_without_the_compat_module():
         env={"PYTHONPATH": env_path, "PATH": ""},
     )
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_mhc_pre_norm_fn_within_tilekernels_bound(references):
+    """Its test's data (fn ~ 1e-4, a norm weight ~ 1 + 0.1 randn) and bound (``atol = rtol =
+    1e-3``) against ``mhc_pre_norm_fn_ref``."""
+    g = torch.Generator().manual_seed(11)
+    res = torch.randn(1, 7, 4, 1280, generator=g).bfloat16()
+    fn = torch.randn(24, 4 * 1280, generator=g) * 1e-4
+    w = torch.randn(4 * 1280, generator=g) * 0.1 + 1.0
+    ref = tk("mhc").mhc_pre_norm_fn_ref
+    for weight in (None, w):
+        got = ops.mhc_pre_norm_fn(res, fn, weight, 1e-6)
+        torch.testing.assert_close(got, ref(res, fn, weight, 1e-6), atol=1e-3, rtol=1e-3)
+
+
+def test_mhc_pre_norm_fn_gradient_is_not_served(fake, cpu_as_cuda):
+    with pytest.raises(NotImplementedError, match=r"^tileaot\.tile_kernels\.mhc_pre_norm_fn: "):
+        ops.mhc_pre_norm_fn(RES, NORM_FN.clone().requires_grad_(), None, 1e-6)
+    assert not fake.launches

@@ -88,6 +88,8 @@ CASES = [
     ("per_block_cast_fp8", lambda: (t(130, 200),)),
     ("per_block_cast_fp8", lambda: (t(5, 128, dtype=F32),)),
     ("per_block_cast_fp8", lambda: (t(256, 72, dtype=F16),)),
+    ("per_channel_cast_fp8", lambda: (t(130, 200),)),
+    ("per_channel_cast_fp8", lambda: (t(5, 36, dtype=F32),)),
     ("cast_back", lambda: (fp8(4, 256), t(4, 2, dtype=F32))),
     ("cast_back", lambda: (fp8(130, 200), t(2, 2, dtype=F32), "block128", None, F32)),
     ("cast_back", lambda: (fp8(3, 40), t(3, 1, dtype=F32), None, 40)),
@@ -134,6 +136,8 @@ CASES = [
     ("mhc_pre_apply_mix", lambda: (t(6, 4, 64), t(6, 4, 1, dtype=F32))),
     ("mhc_pre_apply_mix", lambda: (t(2, 3, 2, 10), t(2, 3, 2, 1, dtype=F32))),
     ("mhc_pre_apply_mix_backward", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32))),
+    ("mhc_pre_norm_fn", lambda: (t(6, 4, 64), t(24, 4 * 64, dtype=F32))),
+    ("mhc_pre_norm_fn", lambda: (t(2, 3, 2, 8), t(5, 2, 8, dtype=F32), t(2 * 8, dtype=F32), 1e-5)),
     ("mhc_post", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32), t(6, 4, 4, dtype=F32))),
     (
         "mhc_post_backward",

@@ -60,6 +60,8 @@ VARIANTS = (
     "mhc_pre_apply_mix_backward_bf16_any",
     "mhc_post_bf16_any",
     "mhc_post_backward_bf16_any",
+    "per_channel_cast_fp8_bf16_any",
+    "mhc_pre_norm_fn_bf16_any",
 )
 # engram_gate's static variant on the archs where its reductions share one slot under
 # several alias names, whose use varied (on sm_90a it did not).

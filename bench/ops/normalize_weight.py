@@ -1,4 +1,5 @@
-"""Benchmark cases for normalize_weight (top-k weights over their per-token sum; k = 8).
+"""Benchmark cases for normalize_weight (top-k weights over their per-token sum; k = 8
+is the static-K variant, k = 6 the generic one).
 
 CASES = [(label, size, make)]; make() → (tileaot fn, torch fn, bytes moved or None, flops
 or None). The torch equivalent is TileKernels' reference (a column-by-column sum from 1e-20,
@@ -30,4 +31,5 @@ def _case(t: int, k: int):
 CASES = [
     ("normalize_weight k8", "32768x8", lambda: _case(32768, 8)),
     ("normalize_weight k8", "4096x8", lambda: _case(4096, 8)),
+    ("normalize_weight k6 (generic)", "32768x6", lambda: _case(32768, 6)),
 ]

@@ -95,7 +95,7 @@ def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
     rows_step = THREADS // per_row  # rows per step
     steps = BLOCK // rows_step  # vectors per thread
     warps = THREADS // 32
-    zero = T.cast(0, dtype)
+    load, store = vector_io(T, dtype, M, N, vec, steps, rows_step, aligned)
 
     @T.macro
     def quantise_block(x, q, scale, round_sf, bm, bn):
@@ -109,22 +109,7 @@ def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
         inv = T.alloc_var("float32")
         col = bn * BLOCK + (tx % per_row) * vec
         row0 = bm * BLOCK + tx // per_row
-        # Load: every vector of this thread before any use (steps loads in flight).
-        for i in T.unroll(steps):
-            if aligned:
-                if (row0 + i * rows_step < M) & (col < N):
-                    for v in T.vectorized(vec):
-                        buf[i * vec + v] = x[row0 + i * rows_step, col + v]
-                else:
-                    for v in T.vectorized(vec):
-                        buf[i * vec + v] = zero
-            else:
-                for v in T.unroll(vec):
-                    buf[i * vec + v] = T.if_then_else(
-                        (row0 + i * rows_step < M) & (col + v < N),
-                        x[row0 + i * rows_step, col + v],
-                        zero,
-                    )
+        load(x, buf, row0, col)
         # amax of the block: thread, warp (shuffles), then the 8 warps through shared memory.
         amax = T.float32(0)
         for k in T.unroll(steps * vec):
@@ -147,16 +132,53 @@ def _block_macro(T, dtype: str, M, N, vec: int, aligned: bool):
             # cast; a scalar one would go through cutlass's own conversion.
             for v in T.vectorized(vec):
                 q8[v] = yq[v]
+            store(q, q8, row0 + i * rows_step, col)
+
+    return quantise_block
+
+
+def vector_io(T, dtype: str, M, N, vec: int, steps: int, rows_step: int, aligned: bool):
+    """Macros ``load(x, buf, row0, col)`` and ``store(q, q8, row, col)`` of the 2-D casts'
+    thread layout: a thread owns the ``vec`` columns from ``col`` of rows ``row0 + i *
+    rows_step`` (``i < steps``), held in ``buf[steps * vec]``; what lies outside ``[M, N]``
+    loads as 0 and is not stored.
+
+    ``aligned``: N % vec == 0, so a thread's vector is wholly inside or outside the matrix and
+    is moved as one 16-byte access; otherwise element by element with a bound check each.
+    """
+    zero = T.cast(0, dtype)
+
+    @T.macro
+    def load(x, buf, row0, col):
+        # Every vector of this thread before any use (steps loads in flight).
+        for i in T.unroll(steps):
             if aligned:
                 if (row0 + i * rows_step < M) & (col < N):
                     for v in T.vectorized(vec):
-                        q[row0 + i * rows_step, col + v] = q8[v]
+                        buf[i * vec + v] = x[row0 + i * rows_step, col + v]
+                else:
+                    for v in T.vectorized(vec):
+                        buf[i * vec + v] = zero
             else:
                 for v in T.unroll(vec):
-                    if (row0 + i * rows_step < M) & (col + v < N):
-                        q[row0 + i * rows_step, col + v] = q8[v]
+                    buf[i * vec + v] = T.if_then_else(
+                        (row0 + i * rows_step < M) & (col + v < N),
+                        x[row0 + i * rows_step, col + v],
+                        zero,
+                    )
 
-    return quantise_block
+    @T.macro
+    def store(q, q8, row, col):
+        if aligned:
+            if (row < M) & (col < N):
+                for v in T.vectorized(vec):
+                    q[row, col + v] = q8[v]
+        else:
+            for v in T.unroll(vec):
+                if (row < M) & (col + v < N):
+                    q[row, col + v] = q8[v]
+
+    return load, store
 
 
 def reference(x, round_sf: bool = False):

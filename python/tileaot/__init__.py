@@ -39,12 +39,14 @@ from .mhc_post import mhc_post
 from .mhc_post_backward import mhc_post_backward
 from .mhc_pre_apply_mix import mhc_pre_apply_mix
 from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
+from .mhc_pre_norm_fn import mhc_pre_norm_fn
 from .mhc_pre_split_mixes import mhc_pre_split_mixes
 from .mhc_pre_split_mixes_backward import mhc_pre_split_mixes_backward
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .normalize_weight import normalize_weight
 from .per_block_cast_fp8 import per_block_cast_fp8
+from .per_channel_cast_fp8 import per_channel_cast_fp8
 from .per_token_cast_fp4 import per_token_cast_fp4
 from .per_token_cast_fp8 import per_token_cast_fp8
 from .rms_norm import rms_norm
@@ -83,12 +85,14 @@ __all__ = [
     "mhc_post_backward",
     "mhc_pre_apply_mix",
     "mhc_pre_apply_mix_backward",
+    "mhc_pre_norm_fn",
     "mhc_pre_split_mixes",
     "mhc_pre_split_mixes_backward",
     "moe_expand",
     "moe_reduce",
     "normalize_weight",
     "per_block_cast_fp8",
+    "per_channel_cast_fp8",
     "per_token_cast_fp4",
     "per_token_cast_fp8",
     "register_torch_ops",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _arrays, _lib
+from . import _row_group_cast
 from ._schema import OpSchema
 
 if TYPE_CHECKING:
@@ -20,11 +20,10 @@ SCHEMA = OpSchema(
     dtypes={"T": ("bf16", "fp16", "fp32")},
     example={"M": 4096, "N": 7168},
 )
-_WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
-# The kernel's grid has one row per 128-row block, and gridDim.y stops at 65535: taller inputs
-# are cut into launches of this many rows (a multiple of BLOCK, so blocks never straddle).
-_ROWS_PER_LAUNCH = 65535 * BLOCK
-_ROUND_SF = {False: (0.0,), True: (1.0,)}  # the kernel's runtime scalar round_sf
+
+
+def _scale_cols(n: int) -> int:
+    return -(-n // BLOCK)
 
 
 def per_block_cast_fp8(
@@ -80,53 +79,7 @@ def per_block_cast_fp8(
         >>> s = scale.repeat_interleave(128, 0).repeat_interleave(128, 1)
         >>> w_hat = q.float() * s  # ≈ w, within e4m3 rounding
     """
-    if (
-        type(x) is _arrays.Tensor
-        and x.dim() == 2
-        and x.shape[0] <= _ROWS_PER_LAUNCH
-        and type(round_sf) is bool
-        and _arrays.plain_pair(out, 2)
-    ):
-        pair = out
-        if pair is None:
-            m, n = x.shape
-            torch = _arrays._torch
-            pair = (
-                x.new_empty(m, n, dtype=torch.float8_e4m3fn),
-                x.new_empty(-(-m // BLOCK), -(-n // BLOCK), dtype=torch.float32),
-            )
-        if _lib.fast((_OP, x.dtype), (x, *pair), _ROUND_SF[round_sf], _WRITES):
-            return pair
-    elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
-        return _arrays.call(per_block_cast_fp8, locals())
-    bound = SCHEMA.bind({"x": x})
-    if type(round_sf) is not bool:
-        raise TypeError(f"round_sf must be True or False; got {type(round_sf).__name__}")
-    q, scale = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, {"x": x})
-    m = bound.dims["M"]
-    if m == 0 or bound.dims["N"] == 0:
-        return q, scale
-    if m <= _ROWS_PER_LAUNCH:
-        handle = SCHEMA.launch(
-            bound.picked["T"], bound.device, (x, q, scale), _ROUND_SF[round_sf], bound.dims
-        )
-        if type(x) is _arrays.Tensor:  # one launch over (x, q, scale): what the short path passes
-            _lib.learn((_OP, x.dtype), handle)
-        return q, scale
-    # Row slices of whole scale blocks, by pointer offsets (DLPack views cannot be sliced).
-    handle, dims = _lib.handle(_OP, bound.picked["T"]), bound.dims
-    stream, native = _lib.current_stream(bound.device), _lib.native()
-    x_ptr, q_ptr, s_ptr = x.data_ptr(), q.data_ptr(), scale.data_ptr()
-    row_bytes, scale_row_bytes = dims["N"] * x.element_size(), scale.shape[1] * 4
-    for r0 in range(0, m, _ROWS_PER_LAUNCH):
-        ptrs = (
-            x_ptr + r0 * row_bytes,
-            q_ptr + r0 * dims["N"],
-            s_ptr + r0 // BLOCK * scale_row_bytes,
-        )
-        shapes = SCHEMA.flat({**dims, "M": min(m - r0, _ROWS_PER_LAUNCH)})
-        native.launch(handle, bound.device, stream, ptrs, shapes, _ROUND_SF[round_sf])
-    return q, scale
+    return _row_group_cast.cast(per_block_cast_fp8, SCHEMA, _scale_cols, x, round_sf, out)
 
 
 example_shapes = SCHEMA.example_shapes

@@ -12,7 +12,8 @@ Served (module: functions -> tileaot op):
 
 * ``quant``: ``per_token_cast`` (e4m3 with 128 or hidden channels per scale ->
   `per_token_cast_fp8`; e2m1 with ``round_sf=True``, 16 or 32 -> `per_token_cast_fp4`),
-  ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`), ``cast_back`` /
+  ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`), ``per_channel_cast``
+  (e4m3, 128 tokens a scale -> `per_channel_cast_fp8`), ``cast_back`` /
   ``per_token_cast_back`` (-> `cast_back`), ``swiglu_forward_and_per_token_cast`` (e4m3,
   128 -> `swiglu_per_token_cast_fp8`).
 * ``moe``: ``top2_sum_gate`` (sigmoid -> `top2_sum_gate`), ``topk_gate`` (-> `topk_gate`),
@@ -22,6 +23,7 @@ Served (module: functions -> tileaot op):
 * ``transpose``: ``transpose``, ``batched_transpose`` (-> `transpose`).
 * ``modeling.mhc.ops``: ``sinkhorn_normalize``, ``expand_to_mhc``, ``mhc_pre_apply_mix``,
   ``mhc_post`` (-> the ops of the same names, differentiable).
+* ``modeling.mhc.ops``: ``mhc_pre_norm_fn`` (-> `mhc_pre_norm_fn`, forward only).
 * ``engram``: ``engram_hash`` (-> `engram_hash`).
 * ``modeling.engram``: ``engram_gate`` (-> `engram_gate` with a shared value row,
   differentiable).

@@ -20,6 +20,7 @@ QuantTensor = tuple[torch.Tensor, torch.Tensor]
 __all__ = [
     "cast_back",
     "per_block_cast",
+    "per_channel_cast",
     "per_token_cast",
     "per_token_cast_back",
     "swiglu_forward_and_per_token_cast",
@@ -71,6 +72,18 @@ def per_block_cast(
     require(func, "fmt", fmt, ("e4m3",))
     require(func, "block_size", block_size, ((128, 128),))
     return tileaot.per_block_cast_fp8(x, round_sf=round_sf)
+
+
+def per_channel_cast(
+    x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool = False
+) -> QuantTensor:
+    """Per-channel cast, `tileaot.per_channel_cast_fp8`: ``fmt="e4m3"``,
+    ``num_per_tokens=128`` (TileKernels' only value); ``(out, out_sf)``, float8_e4m3fn and
+    float32 row-major ``[ceil(M/128), N]``, one scale per column of every 128 rows."""
+    func = "per_channel_cast"
+    require(func, "fmt", fmt, ("e4m3",))
+    require(func, "num_per_tokens", num_per_tokens, (128,))
+    return tileaot.per_channel_cast_fp8(x, round_sf=round_sf)
 
 
 def cast_back(

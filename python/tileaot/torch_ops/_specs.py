@@ -36,12 +36,14 @@ from ..mhc_post import mhc_post
 from ..mhc_post_backward import mhc_post_backward
 from ..mhc_pre_apply_mix import mhc_pre_apply_mix
 from ..mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
+from ..mhc_pre_norm_fn import mhc_pre_norm_fn
 from ..mhc_pre_split_mixes import mhc_pre_split_mixes
 from ..mhc_pre_split_mixes_backward import mhc_pre_split_mixes_backward
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..normalize_weight import normalize_weight
 from ..per_block_cast_fp8 import per_block_cast_fp8
+from ..per_channel_cast_fp8 import per_channel_cast_fp8
 from ..per_token_cast_fp4 import per_token_cast_fp4
 from ..per_token_cast_fp8 import per_token_cast_fp8
 from ..rms_norm import rms_norm
@@ -107,6 +109,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(per_token_cast_fp8),
     _from_schema(per_token_cast_fp4),
     _from_schema(per_block_cast_fp8),
+    _from_schema(per_channel_cast_fp8),
     _from_schema(cast_back),
     _from_schema(topk_gate),
     _from_schema(top2_sum_gate),
@@ -134,6 +137,16 @@ SPECS: tuple[OpSpec, ...] = (
         dense=("pre_layer_mix_grad", "post_layer_mix_grad", "comb_res_mix_grad"),
     ),
     _from_schema(mhc_head_compute_mix_backward, dense=("output_mix_grad",)),
+    # mhc_fn comes as [N, R * H] too (TileKernels' layout), which the schema's fake would not
+    # bind: the fake takes N from mhc_fn's first dim and the leading dims from residual.
+    OpSpec(
+        mhc_pre_norm_fn,
+        _schema_args(mhc_pre_norm_fn, {}),
+        ("out",),
+        lambda residual, mhc_fn, *_: residual.new_empty(
+            (*residual.shape[:-2], mhc_fn.shape[0]), dtype=torch.float32
+        ),
+    ),
     _from_schema(moe_expand),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),

@@ -7,6 +7,7 @@ import torch
 import tileaot
 
 __all__ = ["expand_to_mhc", "mhc_post", "mhc_pre_apply_mix", "sinkhorn_normalize"]
+__all__ += ["mhc_pre_norm_fn"]
 
 
 def sinkhorn_normalize(x: torch.Tensor, repeat: int = 10, eps: float = 1e-6) -> torch.Tensor:
@@ -45,3 +46,27 @@ def mhc_post(
     ``[..., R, H]``: `tileaot.mhc_post` (differentiable in all four; `out` only outside
     autograd)."""
     return tileaot.mhc_post(x, residual, post_layer_mix, comb_res_mix, out=out)
+
+
+def mhc_pre_norm_fn(
+    residual: torch.Tensor,
+    mhc_fn: torch.Tensor,
+    mhc_norm_weight: torch.Tensor | None,
+    mhc_norm_eps: float,
+    fuse_grad_acc: bool = True,
+    n_splits: int = 16,
+) -> torch.Tensor:
+    """The RMS-normalised mixes ``(x . fn[n]) * rsqrt(mean(x**2) + eps)`` of each token's
+    flattened streams, float32 ``[..., N]``: `tileaot.mhc_pre_norm_fn` (forward only).
+    `fuse_grad_acc` only shapes TileKernels' backward and `n_splits` its kernel does not use
+    (it runs one split): both are accepted and change nothing. A call that would record a
+    gradient raises NotImplementedError (no backward yet)."""
+    tensors = (residual, mhc_fn, mhc_norm_weight)
+    if torch.is_grad_enabled() and any(
+        isinstance(v, torch.Tensor) and v.requires_grad for v in tensors
+    ):
+        raise NotImplementedError(
+            "tileaot.tile_kernels.mhc_pre_norm_fn: the backward is not served yet (call it "
+            "under torch.no_grad(), or with inputs that do not require grad)"
+        )
+    return tileaot.mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps)
