@@ -62,6 +62,10 @@ VARIANTS = (
     "mhc_post_backward_bf16_any",
     "per_channel_cast_fp8_bf16_any",
     "mhc_pre_norm_fn_bf16_any",
+    "mhc_pre_split_mixes_fp32_any",
+    "mhc_head_compute_mix_fp32_any",
+    "mhc_pre_split_mixes_backward_fp32_any",
+    "mhc_head_compute_mix_backward_fp32_any",
 )
 # engram_gate's static variant on the archs where its reductions share one slot under
 # several alias names, whose use varied (on sm_90a it did not).
