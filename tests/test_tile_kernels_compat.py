@@ -540,6 +540,10 @@ def _tk_cases():
     mult = torch.randint(-(2**62), 2**62, (3, 4), generator=g)  # int64 products wrap
     sizes = torch.randint(1, 2**31 - 1, (3, 3, 5), generator=g, dtype=I32)
     hashed = (ngrams, mult, sizes, tk("engram").make_offsets(sizes))  # offsets wrap in int32
+    split = (torch.randn(3, 5, 24, generator=g) * 4, torch.randn(3, generator=g))
+    split += (torch.randn(24, generator=g),)
+    head = (torch.randn(3, 5, 4, generator=g) * 4, torch.randn(1, generator=g))
+    head += (torch.randn(4, generator=g),)
     return [
         (
             "per_token_cast-g128",
@@ -661,10 +665,20 @@ def _tk_cases():
             lambda: compat.engram.engram_hash(*hashed),
             lambda: tk("engram").engram_hash_ref(*hashed),
         ),
+        (
+            "mhc_pre_split_mixes",
+            lambda: ops.mhc_pre_split_mixes(*split, 4, 2.0, 1e-6),
+            lambda: tk("mhc").mhc_pre_split_mixes_ref(*split, 4, 2.0, 1e-6),
+        ),
+        (
+            "mhc_head_compute_mix",
+            lambda: ops.mhc_head_compute_mix(*head, 1e-6),
+            lambda: tk("mhc").mhc_head_compute_mix_ref(*head, 1e-6),
+        ),
     ]
 
 
-N_TK_CASES = 24  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 26  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
