@@ -52,8 +52,8 @@ def _grad_fn(fn, *inputs):
     """The backward of TileKernels' autograd op `fn` on `inputs` for a random output gradient:
     the forward runs once here, each timed call is one `torch.autograd.grad`."""
     leaves = [x.detach().requires_grad_(x.is_floating_point()) for x in inputs]
-    out = fn(*leaves)
-    g = torch.randn_like(out)
+    out = fn(*leaves)  # a tuple of outputs gets one random gradient each
+    g = tuple(map(torch.randn_like, out)) if isinstance(out, tuple) else torch.randn_like(out)
     wrt = [x for x in leaves if x.requires_grad]
     return lambda: torch.autograd.grad(out, wrt, g, retain_graph=True)
 
@@ -285,20 +285,26 @@ def _mhc_post(t: int, h: int, backward: bool = False, r: int = 4):
     return make
 
 
-def _pre_split_mixes(b: int, t: int, r: int = 4):
+def _pre_split_mixes(b: int, t: int, backward: bool = False, r: int = 4):
     def make(tk):
         mixes = torch.randn(b, t, (2 + r) * r, device="cuda")
         scale, base = torch.rand(3, device="cuda"), torch.randn((2 + r) * r, device="cuda")
-        return lambda: tk.mhc_ops.mhc_pre_split_mixes(mixes, scale, base, r, 2.0, 1e-6)
+        fn = tk.mhc_ops.mhc_pre_split_mixes
+        if backward:
+            return _grad_fn(lambda *v: fn(*v, r, 2.0, 1e-6), mixes, scale, base)
+        return lambda: fn(mixes, scale, base, r, 2.0, 1e-6)
 
     return make
 
 
-def _head_compute_mix(b: int, t: int, r: int = 4):
+def _head_compute_mix(b: int, t: int, backward: bool = False, r: int = 4):
     def make(tk):
         mix = torch.randn(b, t, r, device="cuda")
         scale, base = torch.rand(1, device="cuda"), torch.randn(r, device="cuda")
-        return lambda: tk.mhc_ops.mhc_head_compute_mix(mix, scale, base, 1e-6)
+        fn = tk.mhc_ops.mhc_head_compute_mix
+        if backward:
+            return _grad_fn(lambda *v: fn(*v, 1e-6), mix, scale, base)
+        return lambda: fn(mix, scale, base, 1e-6)
 
     return make
 
@@ -557,8 +563,18 @@ CASES: list[Case] = [
          (None, M, _grad_w_reduce(8192, 4, 7168), "reduces engram_gate_bwd's partials")),
     *_op("fused_weight", (None, "4x7168", _fused_weight(4, 7168))),
     *_op("engram_hash", ("engram_hash n3 l2 e8", "32768", _engram_hash(32768))),
-    *_op("mhc_pre_split_mixes", (None, "4x8192x24", _pre_split_mixes(4, 8192))),
-    *_op("mhc_head_compute_mix", (None, "4x8192x4", _head_compute_mix(4, 8192))),
+    *_op("mhc_pre_split_mixes",
+         ("mhc_pre_split_mixes r4", "4x8192x24", _pre_split_mixes(4, 8192))),
+    *_op("mhc_pre_split_mixes_backward",
+         ("mhc_pre_split_mixes_backward r4", "4x8192x24", _pre_split_mixes(4, 8192, True),
+          AUTOGRAD),
+         bench="mhc_pre_split_mixes"),
+    *_op("mhc_head_compute_mix",
+         ("mhc_head_compute_mix r4", "4x8192x4", _head_compute_mix(4, 8192))),
+    *_op("mhc_head_compute_mix_backward",
+         ("mhc_head_compute_mix_backward r4", "4x8192x4", _head_compute_mix(4, 8192, True),
+          AUTOGRAD),
+         bench="mhc_head_compute_mix"),
     *_op("mhc_pre_norm_fn",
          ("mhc_pre_norm_fn r4", M, _pre_norm_fn(1, 8192, 7168)),
          ("mhc_pre_norm_fn r4", MB, _pre_norm_fn(1, 128, 4096))),

@@ -622,6 +622,115 @@ def mhc_post_backward(d: Draw) -> Call:
     return c
 
 
+_MIX_FLOAT_BAD = [math.nan, math.inf, 1e39, "2", True, None]
+
+
+def mhc_pre_split_mixes(d: Draw) -> Call:
+    lead, r = d.lead(2), d.pick([1, 2, 4, 8])
+    k = r * (r + 2)
+    x = d.randn((*lead, k), FP32, 3.0)
+    scale, base = d.randn((3,), FP32), d.randn((k,), FP32)
+    c_, eps = d.pick([2.0, 1.0, -0.5]), d.pick([1e-6, 0.0, 1e-2])
+    args = {"input_mixes": x, "mhc_scale": scale, "mhc_base": base, "mhc_mult": r}
+    args |= {"mhc_post_mult_value": c_, "mhc_pre_eps": eps}
+    shapes = [((*lead, r, 1), FP32), ((*lead, r, 1), FP32), ((*lead, r, r), FP32)]
+    c = Call(args, shapes, math.prod(lead) > 0)
+    c.bad = {"mhc_mult": [0, -1, r + 1, 1.5, "4", True, None]}
+    c.bad |= {"mhc_post_mult_value": _MIX_FLOAT_BAD, "mhc_pre_eps": _MIX_FLOAT_BAD}
+    names = ("pre_layer_mix", "post_layer_mix", "comb_res_mix")
+    out = d.outs(c, [(n, s, dt) for n, (s, dt) in zip(names, shapes, strict=True)])
+    # K ties to mhc_base and mhc_mult; the leading dims only to out=
+    c.slot(
+        ("input_mixes",),
+        "input_mixes",
+        (FP32,),
+        every(x.shape) if out else (len(lead),),
+        fixed_rank=out,
+    )
+    c.slot(("mhc_scale",), "mhc_scale", (FP32,), (0,))
+    c.slot(("mhc_base",), "mhc_base", (FP32,), (0,))
+
+    def check(mixes: tuple) -> None:  # tests/test_gpu_mhc_mixes.py: the reference's
+        want = _ref("mhc.mhc_pre_split_mixes")(x, scale, base, r, c_, eps)
+        _same_bits(mixes, want)
+
+    c.check = check
+    return c
+
+
+def mhc_head_compute_mix(d: Draw) -> Call:
+    lead, r = d.lead(2), d.pick([1, 2, 4, 8, 5])
+    x = d.randn((*lead, r), FP32, 3.0)
+    scale, base, eps = d.randn((1,), FP32), d.randn((r,), FP32), d.pick([1e-6, 0.0, 1e-2])
+    args = {"input_mix": x, "mhc_scale": scale, "mhc_base": base, "mhc_pre_eps": eps}
+    c = Call(args, [(x.shape, FP32)], x.numel() > 0)
+    c.bad = {"mhc_pre_eps": _MIX_FLOAT_BAD}
+    out = d.outs(c, [("out", x.shape, FP32)], pair=False)
+    # R ties to mhc_base; the leading dims only to out=
+    lead_dims = every(x.shape) if out else (len(lead),)
+    c.slot(("input_mix",), "input_mix", (FP32,), lead_dims, fixed_rank=out)
+    c.slot(("mhc_scale",), "mhc_scale", (FP32,), (0,))
+    c.slot(("mhc_base",), "mhc_base", (FP32,), (0,))
+    # tests/test_gpu_mhc_mixes.py: the reference's values
+    c.check = lambda y: _same_bits([y], [_ref("mhc.mhc_head_compute_mix")(x, scale, base, eps)])
+    return c
+
+
+def _close_sums(got: torch.Tensor, want: torch.Tensor) -> None:
+    """The token sums: float32 sums in another order (tests/test_gpu_mhc_mixes.py's bound)."""
+    _close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def mhc_pre_split_mixes_backward(d: Draw) -> Call:
+    lead, r = d.lead(2), d.pick([1, 2, 4, 8])
+    k = r * (r + 2)
+    grads = [d.randn((*lead, r, n), FP32) for n in (1, 1, r)]
+    x, scale, base = d.randn((*lead, k), FP32, 3.0), d.randn((3,), FP32), d.randn((k,), FP32)
+    c_ = d.pick([2.0, 1.0, 0.0])
+    names = ("pre_layer_mix_grad", "post_layer_mix_grad", "comb_res_mix_grad")
+    args = dict(zip(names, grads, strict=True))
+    args |= {"input_mixes": x, "mhc_scale": scale, "mhc_base": base, "mhc_post_mult_value": c_}
+    shapes = [(x.shape, FP32), ((3,), FP32), ((k,), FP32)]
+    c = Call(args, shapes, math.prod(lead) > 0)
+    c.bad = {"mhc_post_mult_value": _MIX_FLOAT_BAD}
+    out_names = ("input_mixes_grad", "mhc_scale_grad", "mhc_base_grad")
+    d.outs(c, [(n, s, dt) for n, (s, dt) in zip(out_names, shapes, strict=True)])
+    for name, t in args.items():  # every dim ties to another input's
+        if isinstance(t, torch.Tensor):
+            c.slot((name,), name, (FP32,), every(t.shape))
+
+    def check(got: tuple) -> None:  # tests/test_gpu_mhc_mixes.py's bounds
+        want = _ref("mhc.mhc_pre_split_mixes_backward")(*grads, x, scale, base, c_)
+        _same_bits(got[:1], want[:1])
+        for g, w in zip(got[1:], want[1:], strict=True):
+            _close_sums(g, w)
+
+    c.check = check
+    return c
+
+
+def mhc_head_compute_mix_backward(d: Draw) -> Call:
+    lead, r = d.lead(2), d.pick([1, 2, 4, 8, 5])
+    g, x = d.randn((*lead, r), FP32), d.randn((*lead, r), FP32, 3.0)
+    scale, base = d.randn((1,), FP32), d.randn((r,), FP32)
+    args = {"output_mix_grad": g, "input_mix": x, "mhc_scale": scale, "mhc_base": base}
+    shapes = [(x.shape, FP32), ((1,), FP32), ((r,), FP32)]
+    c = Call(args, shapes, x.numel() > 0)
+    for name, t in args.items():  # every dim ties to another input's
+        c.slot((name,), name, (FP32,), every(t.shape))
+    out_names = ("input_mix_grad", "mhc_scale_grad", "mhc_base_grad")
+    d.outs(c, [(n, s, dt) for n, (s, dt) in zip(out_names, shapes, strict=True)])
+
+    def check(got: tuple) -> None:  # tests/test_gpu_mhc_mixes.py's bounds
+        want = _ref("mhc.mhc_head_compute_mix_backward")(g, x, scale, base)
+        _same_bits(got[:1], want[:1])
+        for a, w in zip(got[1:], want[1:], strict=True):
+            _close_sums(a, w)
+
+    c.check = check
+    return c
+
+
 def mhc_pre_norm_fn(d: Draw) -> Call:
     lead, r, h = d.lead(2), d.pick([1, 2, 4, 8]), d.size(70, lo=2)  # H = 1: [N, R] is [N, R, H]
     n = d.pick([1, 7, 24, 32])
@@ -1147,6 +1256,10 @@ BUILDERS = {
         mhc_pre_apply_mix_backward,
         mhc_post,
         mhc_post_backward,
+        mhc_pre_split_mixes,
+        mhc_head_compute_mix,
+        mhc_pre_split_mixes_backward,
+        mhc_head_compute_mix_backward,
         mhc_pre_norm_fn,
         topk_gate,
         top2_sum_gate,

@@ -126,6 +126,8 @@ ENG_H, ENG_K, ENG_V, ENG_W = t(2, 4, 256), t(2, 4, 256), t(2, 256), t(4, 256)
 HASH_IDS, HASH_MULT = t(9, 3, dtype=I32), t(2, 3, dtype=torch.int64)
 HASH_SIZES, HASH_OFFSETS = t(2, 2, 8, dtype=I32), t(2, 16, dtype=I32)
 NORM_FN = t(24, 4 * 256, dtype=F32)
+SPLIT_X, SPLIT_SCALE, SPLIT_BASE = t(2, 3, 24, dtype=F32), t(3, dtype=F32), t(24, dtype=F32)
+HEAD_X, HEAD_SCALE, HEAD_BASE = t(2, 3, 4, dtype=F32), t(1, dtype=F32), t(4, dtype=F32)
 
 # (id, compat call, direct tileaot call, TileKernels' (dtype, shape) of each result)
 CASES = [
@@ -359,6 +361,18 @@ CASES = [
         lambda: tileaot.mhc_pre_norm_fn(RES, NORM_FN, None, 1e-6),
         [(F32, (2, 3, 24))],
     ),
+    (
+        "mhc_pre_split_mixes",
+        lambda: ops.mhc_pre_split_mixes(SPLIT_X, SPLIT_SCALE, SPLIT_BASE, 4, 2.0, 1e-6),
+        lambda: tileaot.mhc_pre_split_mixes(SPLIT_X, SPLIT_SCALE, SPLIT_BASE, 4, 2.0, 1e-6),
+        [(F32, (2, 3, 4, 1)), (F32, (2, 3, 4, 1)), (F32, (2, 3, 4, 4))],
+    ),
+    (
+        "mhc_head_compute_mix",
+        lambda: ops.mhc_head_compute_mix(HEAD_X, HEAD_SCALE, HEAD_BASE, 1e-6),
+        lambda: tileaot.mhc_head_compute_mix(HEAD_X, HEAD_SCALE, HEAD_BASE, 1e-6),
+        [(F32, (2, 3, 4))],
+    ),
 ]
 
 
@@ -423,8 +437,10 @@ def _stand_ins() -> dict:
     from kernels_py.engram import engram_gate as eg
     from kernels_py.engram import engram_hash as eh
     from kernels_py.mhc import expand_to_mhc as ex
+    from kernels_py.mhc import mhc_head_compute_mix as hcm
     from kernels_py.mhc import mhc_post as mp
     from kernels_py.mhc import mhc_pre_apply_mix as pam
+    from kernels_py.mhc import mhc_pre_split_mixes as psm
     from kernels_py.mhc import sinkhorn_normalize as sk
     from kernels_py.moe import aux_fi as af
     from kernels_py.moe import expand_to_fused as etf
@@ -481,6 +497,8 @@ def _stand_ins() -> dict:
         "engram_gate": lambda *args: eg.reference(*args)[0],
         "engram_hash": _no_out(eh.reference),
         "mhc_pre_norm_fn": _weighted_norm_fn,
+        "mhc_pre_split_mixes": _no_out(psm.reference),
+        "mhc_head_compute_mix": _no_out(hcm.reference),
     }
 
 
@@ -560,6 +578,10 @@ def _tk_cases():
         for dt, xe in (("bf16", x), ("fp32", x.float()))
         for flags in itertools.product((False, True), repeat=3)
     ]
+    split = (torch.randn(3, 5, 24, generator=g) * 4, torch.randn(3, generator=g))
+    split += (torch.randn(24, generator=g),)
+    head = (torch.randn(3, 5, 4, generator=g) * 4, torch.randn(1, generator=g))
+    head += (torch.randn(4, generator=g),)
     return [
         *e5m6,
         (
@@ -687,10 +709,20 @@ def _tk_cases():
             lambda: compat.engram.engram_hash(*hashed),
             lambda: tk("engram").engram_hash_ref(*hashed),
         ),
+        (
+            "mhc_pre_split_mixes",
+            lambda: ops.mhc_pre_split_mixes(*split, 4, 2.0, 1e-6),
+            lambda: tk("mhc").mhc_pre_split_mixes_ref(*split, 4, 2.0, 1e-6),
+        ),
+        (
+            "mhc_head_compute_mix",
+            lambda: ops.mhc_head_compute_mix(*head, 1e-6),
+            lambda: tk("mhc").mhc_head_compute_mix_ref(*head, 1e-6),
+        ),
     ]
 
 
-N_TK_CASES = 41  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 43  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))

@@ -140,6 +140,30 @@ CASES = [
     ("mhc_pre_apply_mix_backward", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32))),
     ("mhc_pre_norm_fn", lambda: (t(6, 4, 64), t(24, 4 * 64, dtype=F32))),
     ("mhc_pre_norm_fn", lambda: (t(2, 3, 2, 8), t(5, 2, 8, dtype=F32), t(2 * 8, dtype=F32), 1e-5)),
+    (
+        "mhc_pre_split_mixes",
+        lambda: (t(6, 24, dtype=F32), t(3, dtype=F32), t(24, dtype=F32), 4, 2.0, 1e-6),
+    ),
+    (
+        "mhc_pre_split_mixes_backward",
+        lambda: (
+            t(6, 4, 1, dtype=F32),
+            t(6, 4, 1, dtype=F32),
+            t(6, 4, 4, dtype=F32),
+            t(6, 24, dtype=F32),
+            t(3, dtype=F32),
+            t(24, dtype=F32),
+            2.0,
+        ),
+    ),
+    (
+        "mhc_head_compute_mix",
+        lambda: (t(2, 3, 4, dtype=F32), t(1, dtype=F32), t(4, dtype=F32), 1e-6),
+    ),
+    (
+        "mhc_head_compute_mix_backward",
+        lambda: (t(6, 4, dtype=F32), t(6, 4, dtype=F32), t(1, dtype=F32), t(4, dtype=F32)),
+    ),
     ("mhc_post", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32), t(6, 4, 4, dtype=F32))),
     (
         "mhc_post_backward",

@@ -64,6 +64,10 @@ VARIANTS = (
     "mhc_pre_norm_fn_bf16_any",
     "expand_to_fused_bf16_any",
     "per_token_cast_e5m6_bf16_any",
+    "mhc_pre_split_mixes_fp32_any",
+    "mhc_head_compute_mix_fp32_any",
+    "mhc_pre_split_mixes_backward_fp32_any",
+    "mhc_head_compute_mix_backward_fp32_any",
 )
 # engram_gate's static variant on the archs where its reductions share one slot under
 # several alias names, whose use varied (on sm_90a it did not).

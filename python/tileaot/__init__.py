@@ -34,11 +34,15 @@ from .gemm import gemm
 from .group_count import group_count
 from .inplace_unique_group_indices import inplace_unique_group_indices
 from .mask_indices_by_tp import mask_indices_by_tp
+from .mhc_head_compute_mix import mhc_head_compute_mix
+from .mhc_head_compute_mix_backward import mhc_head_compute_mix_backward
 from .mhc_post import mhc_post
 from .mhc_post_backward import mhc_post_backward
 from .mhc_pre_apply_mix import mhc_pre_apply_mix
 from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from .mhc_pre_norm_fn import mhc_pre_norm_fn
+from .mhc_pre_split_mixes import mhc_pre_split_mixes
+from .mhc_pre_split_mixes_backward import mhc_pre_split_mixes_backward
 from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .normalize_weight import normalize_weight
@@ -78,11 +82,15 @@ __all__ = [
     "info",
     "inplace_unique_group_indices",
     "mask_indices_by_tp",
+    "mhc_head_compute_mix",
+    "mhc_head_compute_mix_backward",
     "mhc_post",
     "mhc_post_backward",
     "mhc_pre_apply_mix",
     "mhc_pre_apply_mix_backward",
     "mhc_pre_norm_fn",
+    "mhc_pre_split_mixes",
+    "mhc_pre_split_mixes_backward",
     "moe_expand",
     "moe_reduce",
     "normalize_weight",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _arrays, _grad, _lib, _validate
+from . import _arrays, _grad, _lib
+from ._mhc_args import check_mhc_mult
 from ._schema import OpSchema
 
 if TYPE_CHECKING:
@@ -94,15 +95,6 @@ def expand_to_mhc(
         # The gradient is a sum of the copies: the backward takes only grad_out.
         return _grad.function(SCHEMA, _autograd_forward, 1, inputs=False).apply(hidden, mhc_mult)
     return _forward(hidden, mhc_mult, out, bound)
-
-
-def check_mhc_mult(mhc_mult: Any) -> int:
-    """`mhc_mult` as an int >= 1, else a TypeError/ValueError naming it."""
-    if type(mhc_mult) is not int:
-        mhc_mult = _validate.integer("mhc_mult", mhc_mult)
-    if mhc_mult < 1:
-        raise ValueError(f"mhc_mult must be >= 1; got {mhc_mult}")
-    return mhc_mult
 
 
 def _autograd_forward(hidden: Any, mhc_mult: int) -> torch.Tensor:

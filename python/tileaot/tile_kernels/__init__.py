@@ -24,6 +24,8 @@ Served (module: functions -> tileaot op):
 * ``modeling.mhc.ops``: ``sinkhorn_normalize``, ``expand_to_mhc``, ``mhc_pre_apply_mix``,
   ``mhc_post`` (-> the ops of the same names, differentiable).
 * ``modeling.mhc.ops``: ``mhc_pre_norm_fn`` (-> `mhc_pre_norm_fn`, forward only).
+* ``modeling.mhc.ops``: ``mhc_pre_split_mixes``, ``mhc_head_compute_mix`` (-> the ops of the
+  same names, differentiable).
 * ``engram``: ``engram_hash`` (-> `engram_hash`).
 * ``modeling.engram``: ``engram_gate`` (-> `engram_gate` with a shared value row,
   differentiable).

@@ -31,11 +31,15 @@ from ..gemm import gemm
 from ..group_count import group_count
 from ..inplace_unique_group_indices import inplace_unique_group_indices
 from ..mask_indices_by_tp import mask_indices_by_tp
+from ..mhc_head_compute_mix import mhc_head_compute_mix
+from ..mhc_head_compute_mix_backward import mhc_head_compute_mix_backward
 from ..mhc_post import mhc_post
 from ..mhc_post_backward import mhc_post_backward
 from ..mhc_pre_apply_mix import mhc_pre_apply_mix
 from ..mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from ..mhc_pre_norm_fn import mhc_pre_norm_fn
+from ..mhc_pre_split_mixes import mhc_pre_split_mixes
+from ..mhc_pre_split_mixes_backward import mhc_pre_split_mixes_backward
 from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..normalize_weight import normalize_weight
@@ -129,6 +133,13 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(mhc_pre_apply_mix_backward, dense=_GRAD),
     _from_schema(mhc_post),
     _from_schema(mhc_post_backward, dense=_GRAD),
+    _from_schema(mhc_pre_split_mixes),
+    _from_schema(mhc_head_compute_mix),
+    _from_schema(
+        mhc_pre_split_mixes_backward,
+        dense=("pre_layer_mix_grad", "post_layer_mix_grad", "comb_res_mix_grad"),
+    ),
+    _from_schema(mhc_head_compute_mix_backward, dense=("output_mix_grad",)),
     # mhc_fn comes as [N, R * H] too (TileKernels' layout), which the schema's fake would not
     # bind: the fake takes N from mhc_fn's first dim and the leading dims from residual.
     OpSpec(

@@ -7,7 +7,7 @@ import torch
 import tileaot
 
 __all__ = ["expand_to_mhc", "mhc_post", "mhc_pre_apply_mix", "sinkhorn_normalize"]
-__all__ += ["mhc_pre_norm_fn"]
+__all__ += ["mhc_pre_norm_fn", "mhc_pre_split_mixes", "mhc_head_compute_mix"]
 
 
 def sinkhorn_normalize(x: torch.Tensor, repeat: int = 10, eps: float = 1e-6) -> torch.Tensor:
@@ -70,3 +70,29 @@ def mhc_pre_norm_fn(
             "under torch.no_grad(), or with inputs that do not require grad)"
         )
     return tileaot.mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps)
+
+
+def mhc_pre_split_mixes(
+    input_mixes: torch.Tensor,
+    mhc_scale: torch.Tensor,
+    mhc_base: torch.Tensor,
+    mhc_mult: int,
+    mhc_post_mult_value: float,
+    mhc_pre_eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The pre, post and combination mixes of float32 ``[..., R * (R + 2)]`` raw mixes:
+    `tileaot.mhc_pre_split_mixes` (differentiable in the three tensors)."""
+    return tileaot.mhc_pre_split_mixes(
+        input_mixes, mhc_scale, mhc_base, mhc_mult, mhc_post_mult_value, mhc_pre_eps
+    )
+
+
+def mhc_head_compute_mix(
+    input_mix: torch.Tensor,
+    mhc_scale: torch.Tensor,
+    mhc_base: torch.Tensor,
+    mhc_pre_eps: float,
+) -> torch.Tensor:
+    """``sigmoid(input_mix * mhc_scale[0] + mhc_base) + mhc_pre_eps``, float32 ``[..., R]``:
+    `tileaot.mhc_head_compute_mix` (differentiable in the three tensors)."""
+    return tileaot.mhc_head_compute_mix(input_mix, mhc_scale, mhc_base, mhc_pre_eps)
