@@ -3,7 +3,7 @@
 Against float64 (outputs poisoned with NaN before each call): ``|got - want| <= 1e-5 (sum_k
 |x[k] fn[n, k]|) rsqrt(mean(x**2) + eps) + 1e-5 |want|`` (float32 sums of K terms in another
 order). Sizes cover the 16-byte path (H % 8 == 0) and the element path, R in {1, 2, 3, 4, 8},
-token counts either side of the kernel's many-token path (4096),
+token counts either side of 4096 (where a tried many-token path switched on),
 N = 24 (the static variant) and other N for the generic one, odd token counts. Then TileKernels'
 reference on its test's data and bound (``atol = rtol = 1e-3``, with and without a norm weight),
 and a check that every variant built for this GPU was exercised.
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.gpu
 BF16, F32 = torch.bfloat16, torch.float32
 SEEN: set[str] = set()
 CASES = [(t, r, h, n) for t, r, h in MHC_CASES for n in (24, 1, 7, 32)]
-# Either side of the kernel's switch to blocks sharing mhc_fn chunks (MANY_TOKENS = 4096
-# tokens): the element path (H % 8 != 0), a partial last block, more than one chunk per stream.
+# Many tokens with the element path (H % 8 != 0), a partial last block, several chunks per
+# stream, and either side of 4096 tokens (a many-token path tried on 2026-12-03 switched there).
 CASES += [(4103, 2, 1001, n) for n in (24, 5)] + [(4095, 4, 264, 24), (4096, 1, 8, 24)]
 
 

@@ -16,12 +16,9 @@ columns of one stream (8 per thread: 16-byte loads of x, two of ``mhc_fn``, when
 0``; element loads otherwise). Each thread keeps ``ROWS * N`` partial dot products and
 ``ROWS`` partial sums of squares in registers; at the end a warp butterfly per value and one
 pass through shared memory reduce them (a thread's columns in order, then lanes, then warps 0
-.. 3), and ``ROWS * N`` threads apply the norm and store. ``mhc_fn`` (2.75 MB at R = 4, H =
-7168) is re-read from L2 by every block: 12 times the residual's bytes, which bound this path
-at many tokens (0.33x TileKernels at 8192 tokens on the H200, 2026-12-03). So from
-``MANY_TOKENS`` tokens on, a block takes 4 warps x ROWS tokens, each warp walking its tokens'
-K values 256 columns at a time while the block stages each 256-column chunk of ``mhc_fn`` in
-shared memory once (a quarter of the L2 traffic); lane n then stores mix n of its warp's tokens.
+.. 3), and ``ROWS * N`` threads apply the norm and store. Memory-bound on x (read once);
+``mhc_fn`` (2.75 MB at R = 4, H = 7168) is re-read from L2 by every block, so more tokens per
+block cut that traffic at the cost of registers.
 
 Variants: N = 24 (R = 4) unrolls the mix loop exactly (ROWS = 4: 96 partials). The generic
 variant (N runtime, ``N <= 32``) unrolls to 32 with ``< N`` guards and takes ROWS = 2.
@@ -37,10 +34,6 @@ STATIC_N = (24,)  # R = 4: 2R + R*R mixes
 WARPS = THREADS // 32
 ROWS_STATIC = 4  # tokens per block with a static N
 ROWS_GENERIC = 2  # with N unrolled to MAX_N: 2 * 33 partials per thread
-WARP_COLS = 32 * VEC  # columns of one chunk on the many-token path: 8 per lane
-# From this many tokens on, blocks of WARPS * rows tokens share mhc_fn chunks in shared memory
-# (at 4096 tokens and R = 4 that is 256 blocks: two per SM on a 132-SM GPU).
-MANY_TOKENS = 4096
 
 
 def factory(arch: str, dtype: str, N: int | None = None):
@@ -60,100 +53,12 @@ def factory(arch: str, dtype: str, N: int | None = None):
     N = T.dynamic("N") if N is None else N
     sums = rows * (nmax + 1)  # rows x nmax dot products, then the rows' sums of squares
     assert sums <= THREADS  # one thread per value in the final pass
-    # 16-byte fn_s stores per thread and chunk; a step fills 2 rows of fn_s, so fn_s has an
-    # even row count (rows from N on hold zeros).
-    FILL_STEPS = -(-nmax * WARP_COLS // (4 * THREADS))
-    fn_rows = FILL_STEPS * 4 * THREADS // WARP_COLS
 
     @T.macro
     def dot(part, xb, fv, n):
         for b in T.unroll(rows):
             for e in T.unroll(VEC):
                 part[b * nmax + n] = part[b * nmax + n] + xb[b, e] * fv[e]
-
-    @T.macro
-    def load_x(xb, residual, t, r, col, M, H):
-        """x[t + b, r, col : col + VEC] for the `rows` tokens from t, zeros past M and H."""
-        if H % VEC == 0:
-            T.assume(H % VEC == 0)  # rows start 16-byte aligned: vector loads
-            for b in T.unroll(rows):
-                for e in T.vectorized(VEC):
-                    xb[b, e] = T.cast(
-                        T.if_then_else(
-                            (t + b < M) & (col < H), residual[t + b, r, col + e], T.bfloat16(0)
-                        ),
-                        "float32",
-                    )
-        else:
-            for b in T.unroll(rows):
-                for e in T.unroll(VEC):
-                    xb[b, e] = T.cast(
-                        T.if_then_else(
-                            (t + b < M) & (col + e < H), residual[t + b, r, col + e], T.bfloat16(0)
-                        ),
-                        "float32",
-                    )
-
-    @T.macro
-    def add_squares(part, xb):
-        for b in T.unroll(rows):
-            for e in T.unroll(VEC):
-                j = rows * nmax + b
-                part[j] = part[j] + xb[b, e] * xb[b, e]
-
-    @T.macro
-    def dots_global(part, xb, fv, mhc_fn, r, col, N, H):
-        """The chunk's dot products, mhc_fn read from global memory (L2)."""
-        if H % VEC == 0:
-            T.assume(H % VEC == 0)
-            if col < H:  # past H the x values are zeros: nothing to add
-                for n in T.unroll(nmax):
-                    if n < N:
-                        # Two 16-byte halves: one 32-byte access fails on sm_100a.
-                        for h in T.unroll(2):
-                            for e in T.vectorized(VEC // 2):
-                                fv[h * 4 + e] = mhc_fn[n, r, col + h * 4 + e]
-                        dot(part, xb, fv, n)
-        else:
-            for n in T.unroll(nmax):
-                if n < N:
-                    for e in T.unroll(VEC):
-                        fv[e] = T.if_then_else(col + e < H, mhc_fn[n, r, col + e], T.float32(0))
-                    dot(part, xb, fv, n)
-
-    @T.macro
-    def fill_fn(fn_s, mhc_fn, r, c0, N, H, tx):
-        """fn_s[n, :] = mhc_fn[n, r, c0 : c0 + WARP_COLS], zeros past N and H; 16 B a thread."""
-        for i in T.unroll(FILL_STEPS):
-            q = i * THREADS + tx
-            n = q // (WARP_COLS // 4)
-            c4 = q % (WARP_COLS // 4) * 4
-            if H % VEC == 0:
-                T.assume(H % VEC == 0)  # c0 + c4 is a multiple of 4: all 4 or none in range
-                for e in T.vectorized(4):
-                    fn_s[n, c4 + e] = T.if_then_else(
-                        (n < N) & (c0 + c4 < H), mhc_fn[n, r, c0 + c4 + e], T.float32(0)
-                    )
-            else:
-                for e in T.unroll(4):
-                    fn_s[n, c4 + e] = T.if_then_else(
-                        (n < N) & (c0 + c4 + e < H), mhc_fn[n, r, c0 + c4 + e], T.float32(0)
-                    )
-
-    @T.macro
-    def dots_shared(part, xb, fv, fn_s, lane, N):
-        for n in T.unroll(nmax):
-            if n < N:
-                for h in T.unroll(2):
-                    for e in T.vectorized(VEC // 2):
-                        fv[h * 4 + e] = fn_s[n, lane * VEC + h * 4 + e]
-                dot(part, xb, fv, n)
-
-    @T.macro
-    def butterfly(part):
-        for j in T.unroll(sums):
-            for s in T.unroll(5):
-                part[j] = part[j] + T.shfl_xor(part[j], T.shift_left(1, 4 - s))
 
     @T.prim_func
     def mhc_pre_norm_fn(
@@ -162,68 +67,81 @@ def factory(arch: str, dtype: str, N: int | None = None):
         out: T.Tensor((M, N), "float32"),
         mhc_norm_eps: T.float32,
     ):
-        # One block per `rows` tokens. Below MANY_TOKENS the block's threads split each token's
-        # K values (enough blocks to fill the GPU). From MANY_TOKENS on, only every WARPS-th
-        # block works, on WARPS * rows tokens (a warp's `rows` each), and its warps read each
-        # mhc_fn chunk from shared memory, filled once per block: mhc_fn's L2 traffic (12x the
-        # residual's bytes with 4-token blocks, which bound the kernel) falls by WARPS. The
-        # grid stays ceil(M / rows) (launch dims are one expression of M); the idle blocks exit
-        # at once.
         with T.Kernel(ceildiv(T, M, rows), threads=THREADS) as bt:
             tx = T.get_thread_binding()
-            lane = tx % 32
-            warp = tx // 32
+            t0 = bt * rows
             xb = T.alloc_local((rows, VEC), "float32")
             fv = T.alloc_local((VEC,), "float32")
             part = T.alloc_local((sums,), "float32")
             red = T.alloc_shared((WARPS, sums), "float32")
             tot = T.alloc_shared((sums,), "float32")
-            fn_s = T.alloc_shared((fn_rows, WARP_COLS), "float32")
             for j in T.unroll(sums):
                 part[j] = T.float32(0)
-            if M < MANY_TOKENS:
-                t0 = bt * rows
-                for r in T.serial(R):
-                    for c in T.serial(T.ceildiv(H, COLS)):
-                        col = c * COLS + tx * VEC
-                        load_x(xb, residual, t0, r, col, M, H)
-                        add_squares(part, xb)
-                        dots_global(part, xb, fv, mhc_fn, r, col, N, H)
-                # Block sums: a butterfly per value, then the warps' sums through shared memory.
-                butterfly(part)
-                if lane == 0:
-                    for j in T.unroll(sums):
-                        red[warp, j] = part[j]
-                T.sync_threads()
-                if tx < sums:
-                    tot[tx] = red[0, tx] + red[1, tx] + red[2, tx] + red[3, tx]
-                T.sync_threads()
-                if tx < rows * nmax:
-                    b = tx // nmax
-                    n = tx % nmax
-                    if (n < N) & (t0 + b < M):
-                        ms = tot[rows * nmax + b] / T.cast(R * H, "float32")
-                        out[t0 + b, n] = tot[tx] * T.rsqrt(ms + mhc_norm_eps)
-            elif bt % WARPS == 0:
-                t0 = bt * rows + warp * rows  # this warp's tokens (bt * rows: the block's)
-                for r in T.serial(R):
-                    for c in T.serial(T.ceildiv(H, WARP_COLS)):
-                        c0 = c * WARP_COLS
-                        T.sync_threads()  # the previous chunk's fn_s reads are done
-                        load_x(xb, residual, t0, r, c0 + lane * VEC, M, H)  # issued first
-                        fill_fn(fn_s, mhc_fn, r, c0, N, H, tx)
-                        T.sync_threads()
-                        add_squares(part, xb)
-                        dots_shared(part, xb, fv, fn_s, lane, N)
-                # Each value's butterfly leaves the warp's sum in every lane: lane n stores
-                # mix n of the warp's tokens.
-                butterfly(part)
-                for n in T.unroll(nmax):
-                    if (lane == n) & (n < N):
+            for r in T.serial(R):
+                for c in T.serial(T.ceildiv(H, COLS)):
+                    col = c * COLS + tx * VEC
+                    if H % VEC == 0:
+                        T.assume(H % VEC == 0)  # rows start 16-byte aligned: vector loads
                         for b in T.unroll(rows):
-                            if t0 + b < M:
-                                ms = part[rows * nmax + b] / T.cast(R * H, "float32")
-                                out[t0 + b, n] = part[b * nmax + n] * T.rsqrt(ms + mhc_norm_eps)
+                            for e in T.vectorized(VEC):
+                                xb[b, e] = T.cast(
+                                    T.if_then_else(
+                                        (t0 + b < M) & (col < H),
+                                        residual[t0 + b, r, col + e],
+                                        T.bfloat16(0),
+                                    ),
+                                    "float32",
+                                )
+                    else:
+                        for b in T.unroll(rows):
+                            for e in T.unroll(VEC):
+                                xb[b, e] = T.cast(
+                                    T.if_then_else(
+                                        (t0 + b < M) & (col + e < H),
+                                        residual[t0 + b, r, col + e],
+                                        T.bfloat16(0),
+                                    ),
+                                    "float32",
+                                )
+                    for b in T.unroll(rows):
+                        for e in T.unroll(VEC):
+                            j = rows * nmax + b
+                            part[j] = part[j] + xb[b, e] * xb[b, e]
+                    if H % VEC == 0:
+                        T.assume(H % VEC == 0)
+                        if col < H:  # past H the x values are zeros: nothing to add
+                            for n in T.unroll(nmax):
+                                if n < N:
+                                    # Two 16-byte halves: one 32-byte access fails on sm_100a.
+                                    for h in T.unroll(2):
+                                        for e in T.vectorized(VEC // 2):
+                                            fv[h * 4 + e] = mhc_fn[n, r, col + h * 4 + e]
+                                    dot(part, xb, fv, n)
+                    else:
+                        for n in T.unroll(nmax):
+                            if n < N:
+                                for e in T.unroll(VEC):
+                                    fv[e] = T.if_then_else(
+                                        col + e < H, mhc_fn[n, r, col + e], T.float32(0)
+                                    )
+                                dot(part, xb, fv, n)
+            # Block sums: a butterfly per value, then the warps' sums through shared memory.
+            for j in T.unroll(sums):
+                for s in T.unroll(5):
+                    part[j] = part[j] + T.shfl_xor(part[j], T.shift_left(1, 4 - s))
+            if tx % 32 == 0:
+                for j in T.unroll(sums):
+                    red[tx // 32, j] = part[j]
+            T.sync_threads()
+            if tx < sums:
+                tot[tx] = red[0, tx] + red[1, tx] + red[2, tx] + red[3, tx]
+            T.sync_threads()
+            if tx < rows * nmax:
+                b = tx // nmax
+                n = tx % nmax
+                if (n < N) & (t0 + b < M):
+                    ms = tot[rows * nmax + b] / T.cast(R * H, "float32")
+                    out[t0 + b, n] = tot[tx] * T.rsqrt(ms + mhc_norm_eps)
 
     return mhc_pre_norm_fn
 
