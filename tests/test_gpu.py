@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -214,17 +214,11 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     x_src = _randn((256, 4096), torch.bfloat16)
     w = _randn((4096,), torch.bfloat16)
-    x = torch.full_like(x_src, float("nan"))
-    y = torch.full_like(x_src, float("nan"))
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on the side stream
-        x.copy_(x_src)
-        tileaot.rms_norm(x, w, 1e-6, out=y)
-    side.synchronize()
-    torch.testing.assert_close(
-        y, _reference("norm.rms_norm")(x_src, w, 1e-6), rtol=1.6e-2, atol=1e-2
+    want = _reference("norm.rms_norm")(x_src, w, 1e-6)
+    assert_ordered_on_callers_stream(
+        lambda x: tileaot.rms_norm(x, w, 1e-6, out=torch.full_like(x, float("nan"))),
+        lambda y: torch.testing.assert_close(y, want, rtol=1.6e-2, atol=1e-2),
+        x_src,
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -36,15 +36,6 @@ CASES = [(lay, m, n) for lay, shapes in SHAPES.items() for m, n in shapes]
 
 def _module():
     return importlib.import_module("kernels_py.quant.cast_back_fp8")
-
-
-def _select(key: str, shapes: list[tuple[int, ...]]) -> str:
-    """Name of the variant the runtime picks for these shapes on device 0."""
-    from tileaot import _lib
-
-    native = _lib.native()
-    flat = tuple(d for s in shapes for d in s)
-    return native.select(native.lookup(OP, key), 0, flat)
 
 
 def _scale_shape(layout: str, m: int, n: int) -> tuple[int, int]:
@@ -70,7 +61,7 @@ def _run(q, scale, key: str, layout: str, out_dtype: torch.dtype):
 
     m, n = q.shape
     x = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
-    name = _select(f"{key},{layout}", [(m, n), tuple(scale.shape), (m, n)])
+    name = selected(OP, f"{key},{layout}", [(m, n), tuple(scale.shape), (m, n)])
     SEEN.add(name)
     got = tileaot.cast_back(q, scale, out_dtype=out_dtype, out=x)
     assert got is x

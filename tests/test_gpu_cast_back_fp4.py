@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -35,15 +35,6 @@ def _ref():
 def _back(q, scale, g, out_dtype, out=None):
     fn = importlib.import_module("tileaot._cast_back_fp4").cast_back_fp4
     return fn(q, scale, group_size=g, out_dtype=out_dtype, out=out)
-
-
-def _select(key: str, shapes: list[tuple[int, ...]]) -> str:
-    """Name of the variant the runtime picks for these shapes on device 0."""
-    from tileaot import _lib
-
-    native = _lib.native()
-    flat = tuple(d for s in shapes for d in s)
-    return native.select(native.lookup(OP, key), 0, flat)
 
 
 def _inputs(m: int, n: int, g: int, fmt: str, seed: int):
@@ -77,7 +68,7 @@ def _assert_same(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
 )
 def test_cast_back_fp4(key, m, n, g, fmt):
     q, s = _inputs(m, n, g, fmt, seed=m * 7919 + n)
-    name = _select(f"{key},g{g},{fmt}", [(m, n // 2), (m, n // g), (m, n)])
+    name = selected(OP, f"{key},g{g},{fmt}", [(m, n // 2), (m, n // g), (m, n)])
     SEEN.add(name)
     out = torch.full((m, n), POISON, dtype=OUT[key], device="cuda")
     got = _back(q, s, g, OUT[key], out=out)

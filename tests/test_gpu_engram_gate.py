@@ -29,7 +29,7 @@ import math
 import os
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -77,15 +77,6 @@ SHAPES = [sized(s) for s in SHAPES]
 
 def _reference_module():
     return importlib.import_module("kernels_py.engram.engram_gate")
-
-
-def _select(op: str, key: str, shapes: list[tuple[int, ...]]) -> str:
-    """Name of the variant the runtime picks for these shapes on device 0."""
-    from tileaot import _lib
-
-    native = _lib.native()
-    flat = tuple(d for s in shapes for d in s)
-    return native.select(native.lookup(op, key), 0, flat)
 
 
 def _blocks(key: str, rows: int, n: int, w_rows: int = 1) -> int:
@@ -180,7 +171,7 @@ def test_forward(key, shape):
     h, k, v, w_h, w_k = _inputs(shape, dtype, seed=sum(shape))
     n = shape[-1]
     rows = h.numel() // n
-    name = _select("engram_gate", key, [(rows, n)] * 3 + [(1, n)] * 2 + [(rows, n), (rows,)])
+    name = selected("engram_gate", key, [(rows, n)] * 3 + [(1, n)] * 2 + [(rows, n), (rows,)])
     SEEN.add(name)
     out = torch.full_like(h, float("nan"))
     g = torch.full(shape[:-1], float("nan"), device="cuda")
@@ -201,7 +192,7 @@ def test_forward(key, shape):
     torch.testing.assert_close(g, ref_g, rtol=1e-5, atol=1e-6)
     # save_for_backward: the same out and gate bit for bit, plus the statistics.
     flat = [(rows, n)] * 3 + [(1, n)] * 2 + [(rows, n)] + [(rows,)] * 4
-    save = _select("engram_gate_save", key, flat)
+    save = selected("engram_gate_save", key, flat)
     SEEN.add(save)
     stats = tuple(torch.full(shape[:-1], float("nan"), device="cuda") for _ in range(4))
     got = tileaot.engram_gate(h, k, v, w_h, w_k, EPS, save_for_backward=True,
@@ -228,7 +219,7 @@ def test_backward(key, shape):
     n = shape[-1]
     rows = h.numel() // n
     flat = [(rows, n)] * 4 + [(1, n)] * 2 + [(rows,)] * 4 + [(rows, n)] * 3 + [(1, n)] * 2
-    name = _select("engram_gate_backward", key, flat + [(_blocks(key, rows, n), n)])
+    name = selected("engram_gate_backward", key, flat + [(_blocks(key, rows, n), n)])
     SEEN.add(name)
     out = _grad_buffers(h, v, w_h, w_k)
     saved = tileaot.engram_gate(h, k, v, w_h, w_k, EPS, save_for_backward=True)[1:]
@@ -364,18 +355,17 @@ def test_launch_is_ordered_on_the_callers_stream():
     import tileaot
 
     src, k, v, w_h, w_k = _inputs((256, 7168), torch.bfloat16, seed=3)
-    h = torch.full_like(src, float("nan"))
-    side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on the side stream
-        h.copy_(src)
-        out = tileaot.engram_gate(h, k, v, w_h, w_k, EPS)
-        grads = tileaot.engram_gate_backward(torch.ones_like(h), h, k, v, w_h, w_k, EPS)
-    side.synchronize()
     ref, _ = _reference_module().reference(src, k, v, w_h, w_k, EPS)
-    torch.testing.assert_close(out, ref, rtol=1.6e-2, atol=1e-2)
-    assert all(torch.isfinite(x).all() for x in grads)
+
+    def call(h):
+        out = tileaot.engram_gate(h, k, v, w_h, w_k, EPS)
+        return out, tileaot.engram_gate_backward(torch.ones_like(h), h, k, v, w_h, w_k, EPS)
+
+    def check(got):
+        torch.testing.assert_close(got[0], ref, rtol=1.6e-2, atol=1e-2)
+        assert all(torch.isfinite(x).all() for x in got[1])
+
+    assert_ordered_on_callers_stream(call, check, src)
 
 
 # Per-branch weights [G, H] (TileKernels' weight_hidden / weight_embed).
@@ -408,7 +398,7 @@ def test_per_branch_weights_forward_and_backward(key, shape, shared_v):
     h, k, v, w_h, w_k = _branch_inputs(shape, dtype, sum(shape), shared_v)
     rows, n, g_ = h.numel() // shape[-1], shape[-1], shape[-2]
     mv = v.numel() // n
-    name = _select("engram_gate", key, [(rows, n)] * 2 + [(mv, n)] + [(g_, n)] * 2
+    name = selected("engram_gate", key, [(rows, n)] * 2 + [(mv, n)] + [(g_, n)] * 2
                    + [(rows, n), (rows,)])  # fmt: skip
     SEEN.add(name)
     out = torch.full_like(h, float("nan"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream, selected
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -85,11 +85,13 @@ def test_launch_is_ordered_on_the_callers_stream():
     import tileaot
 
     src, mult, sizes, offsets = _inputs(65537, 3, 2, 8, "engram")
-    ids = torch.zeros_like(src)
-    with behind_a_busy_stream():
-        ids.copy_(src)
-        y = tileaot.engram_hash(ids, mult, sizes, offsets)
-    assert torch.equal(y, _ref()(src, mult, sizes, offsets))
+    want = _ref()(src, mult, sizes, offsets)
+    assert_ordered_on_callers_stream(
+        lambda ids: tileaot.engram_hash(ids, mult, sizes, offsets),
+        lambda y: torch.equal(y, want),
+        src,
+        poison=0,
+    )
 
 
 def test_every_variant_for_this_gpu_was_exercised():

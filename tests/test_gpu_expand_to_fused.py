@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from _fused_mapping import fused_mapping
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream, selected
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -93,11 +93,12 @@ def test_launch_is_ordered_on_the_callers_stream():
 
     src = torch.randn(4096, 7168, device="cuda").to(torch.bfloat16)
     pte, pos = fused_mapping(_routing(4096, 8, 256), 256, 128)
-    x = torch.zeros_like(src)
-    with behind_a_busy_stream():
-        x.copy_(src)
-        got = tileaot.expand_to_fused(x, pos, pte)
-    _check("bf16", src, pos, pte, got)
+    assert_ordered_on_callers_stream(
+        lambda x: tileaot.expand_to_fused(x, pos, pte),
+        lambda got: _check("bf16", src, pos, pte, got),
+        src,
+        poison=0,
+    )
 
 
 def test_every_variant_for_this_gpu_was_exercised():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -74,11 +74,10 @@ def test_launch_is_ordered_on_the_callers_stream():
     import tileaot
 
     src = torch.randint(-1, 256, (4096, 8), dtype=torch.int32, device="cuda")
-    x = torch.zeros_like(src)
-    with behind_a_busy_stream():
-        x.copy_(src)
-        y = tileaot.group_count(x, 256)
-    assert torch.equal(y, _ref()(src, 256))
+    want = _ref()(src, 256)
+    assert_ordered_on_callers_stream(
+        lambda x: tileaot.group_count(x, 256), lambda y: torch.equal(y, want), src, poison=0
+    )
 
 
 def test_every_variant_for_this_gpu_was_exercised():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -96,11 +96,13 @@ def test_launch_is_ordered_on_the_callers_stream():
     import tileaot
 
     src = torch.randint(-1, 8, (4096, 4), dtype=torch.int32, device="cuda")
-    x = torch.zeros_like(src)
-    with behind_a_busy_stream():
-        x.copy_(src)
-        y = tileaot.inplace_unique_group_indices(x, 8)
-    assert torch.equal(y, _ref()(src, 8))
+    want = _ref()(src, 8)
+    assert_ordered_on_callers_stream(
+        lambda x: tileaot.inplace_unique_group_indices(x, 8),
+        lambda y: torch.equal(y, want),
+        src,
+        poison=0,
+    )
 
 
 def test_every_variant_for_this_gpu_was_exercised():

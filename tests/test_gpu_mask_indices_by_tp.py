@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -78,11 +78,13 @@ def test_launch_is_ordered_on_the_callers_stream():
     import tileaot
 
     src = _indices(4096, 8, 256)
-    x = torch.full_like(src, 5)
-    with behind_a_busy_stream():
-        x.copy_(src)
-        y = tileaot.mask_indices_by_tp(x, 256, 8, 1, 2)
-    assert torch.equal(y, _ref()(src, 256, 8, 1, 2))
+    want = _ref()(src, 256, 8, 1, 2)
+    assert_ordered_on_callers_stream(
+        lambda x: tileaot.mask_indices_by_tp(x, 256, 8, 1, 2),
+        lambda y: torch.equal(y, want),
+        src,
+        poison=5,
+    )
 
 
 def test_every_variant_for_this_gpu_was_exercised():

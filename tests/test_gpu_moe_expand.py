@@ -12,7 +12,7 @@ together exercised every moe_expand variant built for this GPU.
 from __future__ import annotations
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -151,12 +151,13 @@ def test_moe_expand_runs_in_order_on_the_callers_stream():
 
     x_src = torch.randn(2048, 1024, device="cuda").bfloat16()
     idx_src = _routing(2048, 8, 256)
-    x, idx = torch.full_like(x_src, float("nan")), torch.full_like(idx_src, 3)
-    with behind_a_busy_stream():
-        x.copy_(x_src)
-        idx.copy_(idx_src)
-        result = tileaot.moe_expand(x, idx, 256, 16)
-    _check("stream", x_src, None, idx_src, result, 256, 16)
+    assert_ordered_on_callers_stream(
+        lambda x, idx: tileaot.moe_expand(x, idx, 256, 16),
+        lambda result: _check("stream", x_src, None, idx_src, result, 256, 16),
+        x_src,
+        idx_src,
+        poison=(float("nan"), 3),
+    )
 
 
 def test_every_moe_expand_variant_for_this_gpu_was_exercised():

@@ -12,16 +12,17 @@ split correctly, and every per_block_cast_fp8 variant built for this GPU was exe
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
+from _gpu_helpers import RowCast, assert_every_variant_exercised
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
-OP = "per_block_cast_fp8"
-SEEN: set[str] = set()
+CAST = RowCast(
+    "per_block_cast_fp8",
+    lambda m, n: ((m, n), (-(-m // 128), -(-n // 128))),
+    torch.float8_e4m3fn,
+)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SHAPES = [  # (M, N)
     (1, 2048),
@@ -39,20 +40,6 @@ SHAPES = [  # (M, N)
 ]
 
 
-def _reference(x, round_sf=False):
-    module = importlib.import_module("kernels_py.quant.per_block_cast_fp8")
-    return module.reference(x, round_sf=round_sf)
-
-
-def _select(key: str, shapes: list[tuple[int, ...]]) -> str:
-    """Name of the variant the runtime picks for these shapes on device 0."""
-    from tileaot import _lib
-
-    native = _lib.native()
-    flat = tuple(d for s in shapes for d in s)
-    return native.select(native.lookup(OP, key), 0, flat)
-
-
 def _input(m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
     g = torch.Generator(device="cuda").manual_seed(m * 10007 + n)
     mag = torch.pow(10.0, torch.randint(-4, 4, (m, 1), device="cuda", generator=g).float())
@@ -68,43 +55,15 @@ def _input(m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
-def _run(x: torch.Tensor, key: str, round_sf=False) -> tuple[torch.Tensor, torch.Tensor, str]:
-    import tileaot
-
-    m, n = x.shape
-    bm, bn = -(-m // 128), -(-n // 128)
-    q = torch.full((m, n), 0xFF, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
-    scale = torch.full((bm, bn), float("nan"), device="cuda")
-    name = _select(key, [(m, n), (m, n), (bm, bn)])
-    SEEN.add(name)
-    got = tileaot.per_block_cast_fp8(x, round_sf=round_sf, out=(q, scale))
-    assert got[0] is q and got[1] is scale
-    torch.cuda.synchronize()
-    return q, scale, name
-
-
 @pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("key", DTYPES)
 @pytest.mark.parametrize("m,n", SHAPES)
 def test_per_block_cast_fp8(key, m, n, round_sf):
-    x = _input(m, n, DTYPES[key])
-    q, scale, name = _run(x, key, round_sf)
-    q_ref, scale_ref = _reference(x, round_sf)
-    assert torch.equal(scale, scale_ref), f"{name}: scales differ"
-    mismatch = (q.view(torch.uint8) != q_ref.view(torch.uint8)).sum().item()
-    assert mismatch == 0, f"{name}: {mismatch} fp8 bytes differ"
+    CAST.check_case(_input(m, n, DTYPES[key]), key, round_sf)
 
 
 def test_allocating_call_matches_out_call():
-    import tileaot
-
-    x = _input(300, 7168, torch.bfloat16)
-    q, scale = tileaot.per_block_cast_fp8(x)
-    q_ref, scale_ref = _reference(x)
-    assert q.dtype == torch.float8_e4m3fn and scale.shape == (3, 56)
-    assert torch.equal(scale, scale_ref) and torch.equal(
-        q.view(torch.uint8), q_ref.view(torch.uint8)
-    )
+    CAST.check_allocating_call(_input(300, 7168, torch.bfloat16), round_sf=False)
 
 
 @pytest.mark.parametrize("m,n", [(300, 7168), (260, 257)])
@@ -115,11 +74,11 @@ def test_non_finite_inputs(m, n):
     x = _input(m, n, torch.bfloat16)
     x[200, 200] = float("nan")  # block (1, 1)
     x[10, n - 1] = float("inf")  # the last block of row-block 0
-    q, scale, name = _run(x, "bf16")
+    q, scale, name = CAST.run(x, "bf16")
     clean = x.clone()
     clean[200, 200] = 0
     clean[:128, (n - 1) // 128 * 128 :] = 0
-    q_ref, scale_ref = _reference(clean)
+    q_ref, scale_ref = CAST.reference(clean)
     nan_q = (q.view(torch.uint8) & 0x7F) == 0x7F
     assert nan_q[200, 200] and scale[1, 1] == scale_ref[1, 1]
     inf_block = (slice(0, 128), slice((n - 1) // 128 * 128, n))
@@ -137,27 +96,15 @@ def test_non_finite_inputs(m, n):
 def test_tall_input_is_split_over_launches():
     m, n = 65535 * 128 + 200, 2  # 65537 row blocks: two launches
     x = _input(m, n, torch.bfloat16)
-    q, scale, name = _run(x, "bf16")
-    q_ref, scale_ref = _reference(x)
-    assert torch.equal(scale, scale_ref), name
-    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), name
+    q, scale, name = CAST.run(x, "bf16")
+    CAST.assert_exact(q, scale, x, name=name)
 
 
 def test_launch_is_ordered_on_the_callers_stream():
     """x written on a side stream after a long sleep: a launch on any other stream would read
     the poisoned input."""
-    import tileaot
-
-    src = _input(512, 7168, torch.bfloat16)
-    x = torch.full_like(src, float("nan"))
-    with behind_a_busy_stream():
-        x.copy_(src)
-        q, scale = tileaot.per_block_cast_fp8(x)
-    q_ref, scale_ref = _reference(src)
-    assert torch.equal(scale, scale_ref) and torch.equal(
-        q.view(torch.uint8), q_ref.view(torch.uint8)
-    )
+    CAST.check_stream_order(_input(512, 7168, torch.bfloat16))
 
 
 def test_every_per_block_cast_fp8_variant_for_this_gpu_was_exercised():
-    assert_every_variant_exercised((OP,), SEEN)
+    assert_every_variant_exercised((CAST.op,), CAST.seen)

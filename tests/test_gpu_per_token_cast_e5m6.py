@@ -11,16 +11,13 @@ stream, and every per_token_cast_e5m6 variant built for this GPU exercised.
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream, selected
+from _gpu_helpers import RowCast, assert_every_variant_exercised
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
-OP = "per_token_cast_e5m6"
-SEEN: set[str] = set()
+CAST = RowCast("per_token_cast_e5m6", lambda m, n: ((m, n // 8 * 12), (m, 1)), torch.uint8)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 SHAPES = [  # (M, N), N % 8 == 0
     (1, 8),
@@ -34,11 +31,6 @@ SHAPES = [  # (M, N), N % 8 == 0
     (4001, 256),
     (2, 16392),
 ]
-
-
-def _reference(x, round_sf=False):
-    module = importlib.import_module("kernels_py.quant.per_token_cast_e5m6")
-    return module.reference(x, round_sf=round_sf)
 
 
 def _input(m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -55,35 +47,11 @@ def _input(m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
-def _run(x: torch.Tensor, key: str, round_sf=False) -> tuple[torch.Tensor, torch.Tensor, str]:
-    import tileaot
-
-    m, n = x.shape
-    q = torch.full((m, n // 8 * 12), 0xFF, dtype=torch.uint8, device="cuda")
-    scale = torch.full((m, 1), float("nan"), device="cuda")
-    name = selected(OP, key, [(m, n), (m, n // 8 * 12), (m, 1)])
-    SEEN.add(name)
-    got = tileaot.per_token_cast_e5m6(x, round_sf=round_sf, out=(q, scale))
-    assert got[0] is q and got[1] is scale
-    torch.cuda.synchronize()
-    return q, scale, name
-
-
-def _equal(q, scale, x, round_sf=False) -> tuple[bool, int]:
-    q_ref, scale_ref = _reference(x, round_sf)
-    same_scale = torch.equal(scale.view(torch.int32), scale_ref.view(torch.int32))
-    return same_scale, int((q != q_ref).sum())
-
-
 @pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("key", DTYPES)
 @pytest.mark.parametrize("m,n", SHAPES)
 def test_per_token_cast_e5m6(key, m, n, round_sf):
-    x = _input(m, n, DTYPES[key])
-    q, scale, name = _run(x, key, round_sf)
-    same_scale, mismatch = _equal(q, scale, x, round_sf)
-    assert same_scale, f"{name}: scales differ"
-    assert mismatch == 0, f"{name}: {mismatch} q bytes differ"
+    CAST.check_case(_input(m, n, DTYPES[key]), key, round_sf)
 
 
 @pytest.mark.parametrize("round_sf", [False, True])
@@ -92,19 +60,14 @@ def test_tilekernels_reference_on_the_gpu(key, round_sf):
     from _tile_kernels import tk
 
     x = _input(129, 7168, DTYPES[key])
-    q, scale, name = _run(x, key, round_sf)
+    q, scale, name = CAST.run(x, key, round_sf)
     q_tk, scale_tk = tk("cast_e5m6").cast_to_e5m6(x, 7168, round_sf=round_sf)
     assert torch.equal(q, q_tk), name
     assert torch.equal(scale.view(torch.int32), scale_tk.view(torch.int32)), name
 
 
 def test_allocating_call_matches_out_call():
-    import tileaot
-
-    x = _input(300, 7168, torch.bfloat16)
-    q, scale = tileaot.per_token_cast_e5m6(x, round_sf=True)
-    assert q.dtype == torch.uint8 and q.shape == (300, 10752) and scale.shape == (300, 1)
-    assert _equal(q, scale, x, True) == (True, 0)
+    CAST.check_allocating_call(_input(300, 7168, torch.bfloat16), round_sf=True)
 
 
 @pytest.mark.parametrize("round_sf", [False, True])
@@ -115,8 +78,8 @@ def test_non_finite_inputs(round_sf):
     x[5, 7] = float("inf")
     x[6, 0] = -float("inf")
     x[9, 500] = float("nan")
-    q, scale, name = _run(x, "fp32", round_sf)
-    q_ref, scale_ref = _reference(x, round_sf)
+    q, scale, name = CAST.run(x, "fp32", round_sf)
+    q_ref, scale_ref = CAST.reference(x, round_sf)
     assert scale[5, 0] == float("inf") and scale[6, 0] == float("inf"), name
     keep = torch.ones(40, dtype=torch.bool, device="cuda")
     keep[9] = False
@@ -127,15 +90,8 @@ def test_non_finite_inputs(round_sf):
 def test_launch_is_ordered_on_the_callers_stream():
     """x written on a side stream after a long sleep: a launch on any other stream would read
     the poisoned input."""
-    import tileaot
-
-    src = _input(512, 7168, torch.bfloat16)
-    x = torch.full_like(src, float("nan"))
-    with behind_a_busy_stream():
-        x.copy_(src)
-        q, scale = tileaot.per_token_cast_e5m6(x)
-    assert _equal(q, scale, src) == (True, 0)
+    CAST.check_stream_order(_input(512, 7168, torch.bfloat16))
 
 
 def test_every_per_token_cast_e5m6_variant_for_this_gpu_was_exercised():
-    assert_every_variant_exercised((OP,), SEEN)
+    assert_every_variant_exercised((CAST.op,), CAST.seen)

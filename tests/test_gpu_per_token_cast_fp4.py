@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised
+from _gpu_helpers import assert_every_variant_exercised, selected
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -34,15 +34,6 @@ def _ref():
 
 def _cast():
     return importlib.import_module("tileaot.per_token_cast_fp4").per_token_cast_fp4
-
-
-def _select(key: str, shapes: list[tuple[int, ...]]) -> str:
-    """Name of the variant the runtime picks for these shapes on device 0."""
-    from tileaot import _lib
-
-    native = _lib.native()
-    flat = tuple(d for s in shapes for d in s)
-    return native.select(native.lookup(OP, key), 0, flat)
 
 
 def _data(m: int, n: int, g: int, fmt: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -83,7 +74,7 @@ def _data(m: int, n: int, g: int, fmt: str, dtype: torch.dtype, seed: int) -> to
 def _check(x: torch.Tensor, g: int, fmt: str, key: str) -> None:
     cast = _cast()
     m, n = x.reshape(-1, x.shape[-1]).shape
-    name = _select(key, [(m, n), (m, n // 2), (m, n // g)])
+    name = selected(OP, key, [(m, n), (m, n // 2), (m, n // g)])
     SEEN.add(name)
     q_ref, s_ref = _ref().reference(x.reshape(m, n), g, fmt)
     sdt = torch.uint8 if fmt == "ue8m0" else torch.float8_e4m3fn
@@ -125,7 +116,7 @@ def test_near_the_int32_element_limit():
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     q, s = _cast()(x, 32, "ue8m0")
     torch.cuda.synchronize()
-    SEEN.add(_select("bf16,g32,ue8m0", [(m, n), (m, n // 2), (m, n // 32)]))
+    SEEN.add(selected(OP, "bf16,g32,ue8m0", [(m, n), (m, n // 2), (m, n // 32)]))
     for rows in (slice(0, 64), slice(m - 64, m)):
         q_ref, s_ref = _ref().reference(x[rows], 32, "ue8m0")
         assert torch.equal(q[rows], q_ref) and torch.equal(s[rows], s_ref)

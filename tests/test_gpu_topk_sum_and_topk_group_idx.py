@@ -14,7 +14,7 @@ import importlib
 import math
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream
+from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -93,11 +93,10 @@ def test_launch_is_ordered_on_the_callers_stream():
     import tileaot
 
     src = _scores(4096, 8, 32, "randn")
-    x = torch.full_like(src, math.nan)
-    with behind_a_busy_stream():
-        x.copy_(src)
-        y = tileaot.topk_sum_and_topk_group_idx(x, 2, 4)
-    assert torch.equal(y, _ref()(src, 2, 4))
+    want = _ref()(src, 2, 4)
+    assert_ordered_on_callers_stream(
+        lambda x: tileaot.topk_sum_and_topk_group_idx(x, 2, 4), lambda y: torch.equal(y, want), src
+    )
 
 
 def test_every_variant_for_this_gpu_was_exercised():
