@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 import sys
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -40,6 +43,8 @@ __all__ = [
     "fake",
     "meta",
     "misaligned",
+    "out_refusals",
+    "refusals_test",
     "t",
     "tileaot",
 ]
@@ -155,21 +160,73 @@ def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def refusals_test(cases: list[tuple]):
+def refusals_test(cases: list[tuple], on_cpu: Collection[str] = ()):
     """A parametrised test over bad calls, for a test module to bind to a ``test_`` name: each
     case ``(call, exception type, message regex)``, or ``(id, call, exception type, message
     regex)`` to name it, must raise that exception with a one-line message matching the regex
     (a user's mistake gets a line naming the input, never a traceback's worth), before any
     kernel lookup or launch. The module must import the `fake` and `cpu_as_cuda` fixtures
-    (their names are how pytest finds them)."""
+    (their names are how pytest finds them). Cases whose id is in `on_cpu` run without
+    `cpu_as_cuda`: their CPU tensors must be refused as such."""
     named = all(len(c) == 4 for c in cases)
     ids = [c[0] for c in cases] if named else None
+    assert named or not on_cpu, "on_cpu names cases by id"
+    unknown = set(on_cpu) - set(ids or ())
+    assert not unknown, f"on_cpu names no case: {sorted(unknown)}"
+    params = [(*c[-3:], not named or c[0] not in on_cpu) for c in cases]
 
-    @pytest.mark.parametrize(("call", "exc", "message"), [c[-3:] for c in cases], ids=ids)
-    def test(call, exc, message, fake, cpu_as_cuda):
+    @pytest.mark.parametrize(("call", "exc", "message", "as_cuda"), params, ids=ids)
+    def test(call, exc, message, as_cuda, fake, request):
+        if as_cuda:
+            request.getfixturevalue("cpu_as_cuda")
         with pytest.raises(exc, match=message) as info:
             call()
         assert "\n" not in str(info.value), f"a multi-line message: {info.value}"
         assert fake.launches == [] and fake.lookups == []
 
     return test
+
+
+_OTHER_DTYPE = {torch.int8: torch.int16}  # a dtype no output has, per expected dtype
+
+
+def out_refusals(schema: Any, call: Callable[[Any], Any], outs: Any, tag: str = "out") -> list:
+    """Bad ``out=`` cases for `refusals_test`, derived from `schema` (an `OpSchema`): for each
+    public output, in the schema's order and under the label its messages use (``out``, or
+    ``out[i] (name)``), one case per rule of the schema's `out=` check: a wrong dtype, a wrong
+    shape, another device, not contiguous, not 16-byte aligned. `call(out)` makes an otherwise
+    valid call with that ``out=``; `outs` is a valid ``out=`` for it (a tensor, or the tuple),
+    whose shapes and dtypes are the messages' "this call writes". Case ids are
+    ``{tag}-{name}-{rule}``."""
+    names = [t.name for t in schema.public_outs()]
+    good = (outs,) if len(names) == 1 else tuple(outs)
+    assert len(good) == len(names), f"{schema.op} writes {names}; got {len(good)} outputs"
+    cases = []
+    for i, (name, ok) in enumerate(zip(names, good, strict=True)):
+        label = "out" if len(names) == 1 else f"out[{i}] ({name})"
+        shape, dtype = tuple(ok.shape), ok.dtype
+        wrong_dtype = _OTHER_DTYPE.get(dtype, torch.int8)
+        longer = (*shape[:-1], shape[-1] + 1) if shape else (2,)
+        strided = torch.zeros((*shape, 2), dtype=dtype)[..., 0]
+        bad = {
+            "dtype": (
+                torch.zeros(shape, dtype=wrong_dtype),
+                TypeError,
+                f" has dtype {wrong_dtype}; this call writes {dtype}",
+            ),
+            "shape": (
+                torch.zeros(longer, dtype=dtype),
+                ValueError,
+                f" has shape {longer}; this call writes {shape}",
+            ),
+            "device": (meta(*shape, dtype=dtype), ValueError, " is on meta, but the inputs"),
+            "strided": (strided, ValueError, " is not contiguous"),
+            "misaligned": (misaligned(*shape, dtype=dtype), ValueError, "'s data pointer"),
+        }
+        for rule, (tensor, exc, message) in bad.items():
+            if rule == "strided" and math.prod(shape) <= 1:
+                continue  # one element: contiguous whatever its strides
+            given = tensor if len(names) == 1 else (*good[:i], tensor, *good[i + 1 :])
+            regex = "^" + re.escape(label + message)
+            cases.append((f"{tag}-{name}-{rule}", lambda given=given: call(given), exc, regex))
+    return cases
