@@ -10,10 +10,13 @@ An op with optional tensors gets one overload per set of them (moe_reduce with a
 `weights`). An op with scratch gets ``<op>_workspace_size(tensors...)`` and takes ``void*
 workspace, size_t workspace_bytes``: the scratch tensors are carved out of it as the Python
 wrapper carves its own (`OpSchema.workspace_layout`), so a C++ caller does no scratch arithmetic.
+A scratch size no tensor gives (engram_gate_backward's block count ``B``, which the Python
+wrapper sizes by the GPU's multiprocessors) is an ``int64_t`` parameter of both functions.
 The header is installed as ``<tileaot/ops.hpp>`` and needs only ``<tileaot/tileaot.hpp>``.
 
 `emit_workspace_cpp` writes the C ABI's `tileaot_workspace_size` (gen/workspace.cpp, compiled
-into libtileaot) from the same layout.
+into libtileaot) from the same layout; for an op with such a size the shapes passed are every
+tensor's, the scratch tensors' included (the flat shapes of the launch).
 """
 
 from __future__ import annotations
@@ -109,9 +112,9 @@ def _cxx(expr: str) -> str:
     return expr.replace("//", "/")
 
 
-def _dims_code(schema, given: frozenset, need: set[str]) -> list[str]:
-    """C++ statements binding the sizes `need` from the tensors' dims (``NAME``, ``k*NAME``,
-    ``NAME + c``) and the size rules; ValueError if one cannot be bound."""
+def _bindable(schema, given: frozenset) -> dict[str, str]:
+    """The sizes the tensors' dims (``NAME``, ``k*NAME``, ``NAME + c``) and the size rules
+    give, as C++ expressions."""
     bound: dict[str, str] = {}
     for t in schema.present(given):
         if t.role == "scratch":
@@ -126,9 +129,21 @@ def _dims_code(schema, given: frozenset, need: set[str]) -> list[str]:
     for name, expr in schema.sizes.items():
         if name not in bound and all(n in bound for n in re.findall(r"[A-Za-z_]\w*", expr)):
             bound[name] = _cxx(expr)
-    missing = sorted(need - set(bound))
-    if missing:
-        raise ValueError(f"ops.hpp: {schema.op}: no tensor gives the sizes {missing}")
+    return bound
+
+
+def _free_sizes(schema, given: frozenset = frozenset()) -> list[str]:
+    """Scratch sizes no tensor and no size rule gives: the caller passes them."""
+    if not schema.scratch:
+        return []
+    return sorted(_scratch_need(schema) - set(_bindable(schema, given)))
+
+
+def _dims_code(schema, given: frozenset, need: set[str]) -> list[str]:
+    """C++ statements binding the sizes `need` (but the free ones, `_free_sizes`: parameters)
+    from the tensors' dims and the size rules (`_bindable`)."""
+    bound = _bindable(schema, given)
+    need = need - set(_free_sizes(schema, given))
     names = [n for n in bound if n in need or _feeds(n, need, schema)]
     return [f"  const int64_t {n} = {bound[n]};" for n in names]
 
@@ -160,8 +175,9 @@ def emit_function(schema, given: frozenset = frozenset()) -> str:
     params = ["void* stream", *args]
     scratch = schema.scratch
     body = []
+    free = _free_sizes(schema, given)
     if scratch:
-        params += ["void* workspace", "size_t workspace_bytes"]
+        params += ["void* workspace", "size_t workspace_bytes", *(f"int64_t {n}" for n in free)]
         offsets, total = schema.workspace_layout()
         body += _dims_code(schema, given, _scratch_need(schema))
         body += [
@@ -188,7 +204,7 @@ def emit_function(schema, given: frozenset = frozenset()) -> str:
     doc = re.sub(r"\s+", " ", schema.text)
     out = ""
     if scratch:
-        out += _emit_workspace_size(schema, given, args)
+        out += _emit_workspace_size(schema, given, args + [f"int64_t {n}" for n in free])
     return out + (
         f"// {schema.op}({doc})" + (f"  [{allowed}]" if allowed else "") + "\n"
         f"inline void {schema.op}({', '.join(params)}) {{\n"
@@ -207,7 +223,7 @@ def _emit_workspace_size(schema, given: frozenset, args: list[str]) -> str:
     read = " ".join(lines)  # tensors no size comes from: unnamed (no unused-parameter warning)
     args = [
         a
-        if re.search(rf"\b{a.split()[-1]}\.dim", read)
+        if not a.startswith("const TensorView") or re.search(rf"\b{a.split()[-1]}\.dim", read)
         else f"{a[: a.rindex(' ')]} /*{a.split()[-1]}*/"
         for a in args
     ]
@@ -238,13 +254,19 @@ def emit_workspace_cpp(schemas: list) -> str:
         if not s.scratch:
             continue
         for given in _givens(s):
-            tensors = [t for t in s.present(given) if t.role != "scratch"]
+            free = _free_sizes(s, given)  # given by the scratch tensors' dims, passed too
+            tensors = [t for t in s.present(given) if t.role != "scratch" or free]
             n = sum(len(t.dims) for t in tensors)
             at, binds = 0, {}
             for t in tensors:
                 binds[t.name] = at
                 at += len(t.dims)
             lines = _dims_code(s, given, _scratch_need(s))
+            for name in free:  # the first scratch dim of that name
+                t, i = next(
+                    (t, i) for t in s.scratch for i, d in enumerate(t.dims) if d.name == name
+                )
+                lines.append(f"  const int64_t {name} = {t.name}.dim({i});")
             for name, first in binds.items():  # t.dim(i) -> shapes[first + i]
                 lines = [
                     re.sub(

@@ -77,6 +77,28 @@ def test_the_grammar_reads_back():
         OpSchema("bad", "x[N]: Q -> y[N]: Q")
 
 
+def test_an_outputs_own_leading_dims_are_those_of_its_input(cpu_as_cuda):  # noqa: F811
+    """``gw[*G, N]`` is shaped as the input with ``*G`` (a weight (N,) or [B, N]), not as the
+    first ``*`` input: in the compiled bind, the rule-by-rule one and the torch fake."""
+    s = OpSchema(
+        "demo",
+        "x[*M, N]: T, w[*G, N]: T -> y[*M, N]: T, gw[*G, N]: fp32",
+        dtypes={"T": ("bf16",)},
+    )
+    for x, w in [(t(2, 3, 8), t(8)), (t(2, 3, 8), t(3, 8)), (t(6, 8), t(2, 3, 8))]:
+        args = {"x": x, "w": w}
+        for bound in (s.bind(args), s.bind_checked(args)):
+            y, gw = s.outputs(torch, x, bound, None, args)
+            assert (y.shape, gw.shape, gw.dtype) == (x.shape, w.shape, torch.float32)
+            assert bound.dims["G"] == w.numel() // 8
+        assert [o.shape for o in s.fake(args, torch)] == [x.shape, w.shape]
+    with pytest.raises(ValueError, match=r"out\[1\] \(gw\) has shape \(8,\); this call writes"):
+        x, w = t(4, 8), t(4, 8)
+        s.outputs(torch, x, s.bind({"x": x, "w": w}), (t(4, 8), t(8, dtype=torch.float32)), {})
+    with pytest.raises(ValueError, match=r"no input has the leading dims \*G"):
+        OpSchema("bad", "x[*M, N]: T -> gw[*G, N]: T", dtypes={"T": ("bf16",)})
+
+
 def test_keyed_sizes_and_dtypes_follow_the_key(cpu_as_cuda):  # noqa: F811
     s = OpSchema(
         "demo",

@@ -12,19 +12,9 @@ _INF = float("inf")
 _INPUTS = ("h", "k", "v", "w_h", "w_k")
 
 
-def check_inputs(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any, clamp: Any):
-    """The backward's checks: `check_shapes`, then memory (device, layout, size).
-
-    Returns ``(rows, H, v_rows, w_rows, device, eps, clamp)``.
-    """
-    rows, n, v_rows, w_rows, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp)
-    device = _validate.check_memory(_INPUTS, (h, k, v, w_h, w_k))
-    return rows, n, v_rows, w_rows, device, eps, clamp
-
-
 def check_shapes(h: Any, k: Any, v: Any, w_h: Any, w_k: Any, eps: Any, clamp: Any):
     """Shared by forward and backward: how the shapes relate, eps and clamp_value (dtypes are
-    checked before; the forward's schema checks memory).
+    checked before; the ops' schemas check memory).
 
     Returns ``(rows, H, v_rows, w_rows, eps, clamp)``: v_rows is rows unless v is shared;
     w_rows is G for per-branch weights ``[G, H]``, 1 for shared ones ``(H,)``.

@@ -18,7 +18,9 @@ Grammar (the tensors in the kernel's parameter order, then its scalars):
 * a dim is a size name (``N``), an integer, ``k*N`` (an input dim that must be a multiple of `k`;
   it binds ``N = dim / k``), ``*M`` as the first dim (any number of leading dims, viewed as one
   of size ``M`` = their product), or for outputs any integer expression over names (``N // 128``).
-  The first input that mentions a name binds it; every later use must agree.
+  The first input that mentions a name binds it; every later use must agree. An output's ``*M``
+  takes the leading dims of the first ``*`` input; an output's ``*X`` of another name those of
+  the first input with ``*X`` (``grad_w[*GW, H]`` is shaped as the weight ``w[*GW, H]``).
 * a dtype is a dtype variable (its allowed short names in `dtypes`; the first input holding it
   picks the value, the others must match) or a literal: ``bf16 fp16 fp32 e4m3 u8 i32 i64`` (and,
   for ops that only move bits, ``e5m2 i8 i16 bool``).
@@ -63,6 +65,7 @@ import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from . import _lib, _validate
@@ -134,6 +137,8 @@ class Bound(NamedTuple):
     dims: dict[str, int]
     device: int
     lead: tuple  # the leading dims of the first ``*M`` input (the outputs' leading dims)
+    # the leading dims of the first input of each other ``*X`` an output uses (`_out_leads`)
+    leads: Mapping[str, tuple] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,14 @@ class OpSchema:
             for flags in itertools.product((False, True), repeat=len(opt))
         }
         self._optional = tuple(t.api for t in self.tensors if t.role == "in" and t.optional)
+        # `*X` names of outputs that are not the first `*` input's: their own leading dims
+        first = next((t.dims[0].name for t in self._inputs if t.lead), None)
+        self._out_leads = frozenset(
+            t.dims[0].name for t in self.tensors if t.role == "out" and t.lead
+        ) - {first}
+        for name in self._out_leads:
+            if not any(t.lead and t.dims[0].name == name for t in self._inputs):
+                raise ValueError(f"schema {self.op}: no input has the leading dims *{name}")
         self._launch: dict[frozenset, Callable] = {}
         self._bind: Callable | None = None
         self._binds: dict[frozenset, Callable] = {}
@@ -456,6 +469,7 @@ class OpSchema:
         binder: dict[str, tuple[str, tuple]] = {}
         present = []
         lead = None
+        leads: dict[str, tuple] = {}
         for spec in self.inputs:
             t = args[spec.api]
             if t is None:
@@ -465,9 +479,11 @@ class OpSchema:
             self._bind_dims(spec, shape, dims, binder)
             if spec.lead and lead is None:
                 lead = shape[: len(shape) - len(spec.dims) + 1]
+            if spec.lead and spec.dims[0].name in self._out_leads:
+                leads.setdefault(spec.dims[0].name, shape[: len(shape) - len(spec.dims) + 1])
         names, tensors = zip(*present, strict=True)
         device = _validate.check_memory(names, tensors)
-        return Bound(picked, dims, device, lead or ())
+        return Bound(picked, dims, device, lead or (), leads or Bound._field_defaults["leads"])
 
     def _check_selected(self, args: Mapping[str, Any], picked: dict, first: dict) -> None:
         """An optional input that a dtype selects (``select = {"x_scale": ("X", "e4m3",
@@ -562,10 +578,19 @@ class OpSchema:
             return "(" + ", ".join(["...", *filled]) + ")"
         return f"({filled[0]},)" if len(filled) == 1 else f"[{', '.join(filled)}]"
 
-    def out_shape(self, spec: TensorSpec, dims: Mapping[str, int], lead: tuple) -> tuple:
-        """An output's public shape: the leading dims of the inputs, then its own."""
+    def out_shape(
+        self,
+        spec: TensorSpec,
+        dims: Mapping[str, int],
+        lead: tuple,
+        leads: Mapping[str, tuple] = MappingProxyType({}),
+    ) -> tuple:
+        """An output's public shape: the leading dims of the inputs (`lead`, or for an output's
+        own ``*X`` those in `leads`), then its own."""
         own = tuple(d.value(dims) for d in (spec.dims[1:] if spec.lead else spec.dims))
-        return (*lead, *own) if spec.lead else own
+        if not spec.lead:
+            return own
+        return (*leads.get(spec.dims[0].name, lead), *own)
 
     def outputs(self, fw: Any, like: Any, b: Bound, out: Any, inputs: Mapping[str, Any]) -> tuple:
         """The output tensors: allocated like `like` (its framework and device), or `out=`
@@ -631,6 +656,7 @@ class OpSchema:
         picked: dict[str, str] = {}
         dims: dict[str, Any] = {}
         lead: tuple = ()
+        leads: dict[str, tuple] = {}
         like = None
         for spec in self.inputs:
             t = inputs[spec.api]
@@ -642,6 +668,8 @@ class OpSchema:
             shape = tuple(t.shape)
             fixed = spec.dims[1:] if spec.lead else spec.dims
             tail = shape[len(shape) - len(fixed) :]
+            if spec.lead and spec.dims[0].name in self._out_leads:
+                leads.setdefault(spec.dims[0].name, shape[: len(shape) - len(fixed)])
             if spec.lead and not lead:
                 lead = shape[: len(shape) - len(fixed)]
                 dims.setdefault(spec.dims[0].name, math.prod(lead))
@@ -662,7 +690,7 @@ class OpSchema:
             None
             if s.optional and s.follows not in given
             else like.new_empty(
-                self.out_shape(s, dims, lead),
+                self.out_shape(s, dims, lead, leads),
                 dtype=getattr(fw, LITERALS[_short(s.dtype, picked)][0]),
             )
             for s in self.public_outs()
@@ -888,6 +916,7 @@ def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
     raises the precise error."""
     lines, types, conds, picked, dims, present = [], [], [], {}, {}, []
     holder: dict[str, str] = {}
+    leads: dict[str, str] = {}  # an output's own *X -> the leading dims (code) giving it
     ins = [t for t in schema.inputs if not t.optional or t.api in given]
     for i, t in enumerate(ins):
         v = f"a{i}"
@@ -927,6 +956,8 @@ def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
                 f"    if prod(s{i}[:len(s{i}) - {n}]) != {dims[t.dims[0].name]}:\n"
                 "        return schema.bind_checked(args)"
             )
+        if t.lead and t.dims[0].name in schema._out_leads and t.dims[0].name not in leads:
+            leads[t.dims[0].name] = f"s{i}[:len(s{i}) - {n}]"  # an output's own *X: these
         for j, d in enumerate(fixed):
             item = f"s{i}[{j - n}]" if t.lead else f"s{i}[{j}]"
             if d.text.isdigit():
@@ -967,7 +998,8 @@ def _compile_bind(schema: OpSchema, given: frozenset = frozenset()) -> Callable:
     src += f"    device = check_memory(({names},), ({tensors},))\n"
     pick = ", ".join(f"{k!r}: {e}" for k, e in picked.items())
     dim = ", ".join(f"{k!r}: {k}" for k in dims)
-    src += f"    return Bound({{{pick}}}, {{{dim}}}, device, {lead})\n"
+    own = ", {" + ", ".join(f"{k!r}: {e}" for k, e in leads.items()) + "}" if leads else ""
+    src += f"    return Bound({{{pick}}}, {{{dim}}}, device, {lead}{own})\n"
     return _exec(src, schema, "bind")
 
 
@@ -1002,8 +1034,11 @@ def _compile_outputs(schema: OpSchema, given: frozenset) -> Callable:
     shapes, dtypes = [], []
     for i, t in enumerate(outs):
         own = [_size_expr(d) for d in (t.dims[1:] if t.lead else t.dims)]
+        lead = "b.lead"
+        if t.lead and t.dims[0].name in schema._out_leads:  # its own *X: that input's
+            lead = f"b.leads[{t.dims[0].name!r}]"
         shape = (
-            "(*b.lead, " + "".join(f"{e}, " for e in own) + ")"
+            f"(*{lead}, " + "".join(f"{e}, " for e in own) + ")"
             if t.lead
             else ("(" + "".join(f"{e}, " for e in own) + ")")
         )

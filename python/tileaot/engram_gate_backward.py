@@ -5,19 +5,34 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import _arrays, _lib, _validate
-from ._engram_args import check_inputs
+from . import _arrays, _validate
+from ._engram_args import check_shapes
 from ._engram_gate_save import forward_saved
+from ._schema import OpSchema
 
 if TYPE_CHECKING:
     import torch
 
 _OP = "engram_gate_backward"
-_DTYPES = ("bf16", "fp32")
-_GRAD_NAMES = ("out[0] (grad_h)", "out[1] (grad_k)", "out[2] (grad_v)")
-_WGRAD_NAMES = ("out[3] (grad_w_h)", "out[4] (grad_w_k)")
-_INPUTS = ("grad_out", "h", "k", "v", "w_h", "w_k")
+# The kernel's view, as engram_gate's (python/tileaot/engram_gate.py): rows of h [M, H], v
+# [MV, H], weights [GW, H]; then the forward's saved statistics [M] (`saved`: dot, g, rstd_h,
+# rstd_k; the kernel calls g `gate`), the gradients (the weights' shaped as the weights:
+# ``(H,)`` or ``[G, H]``) and a scratch of B per-block weight-gradient sums. B (a multiple of
+# GW, sized by the GPU's multiprocessors) is the wrapper's to give. What the schema cannot say:
+# the kernel's grad_v is per row of h; for a shared v ([..., 1, H]) the public grad_v is the
+# float32 sum of each token's rows, in torch (`_outputs`, then the end of the call).
+SCHEMA = OpSchema(
+    _OP,
+    "grad_out[*M, H]: T, h[*M, H]: T, k[*M, H]: T, v[*MV, H]: T, w_h[*GW, H]: T,"
+    " w_k[*GW, H]: T, dot[*M]: fp32, gate[*M]: fp32, rstd_h[*M]: fp32, rstd_k[*M]: fp32"
+    " -> grad_h[*M, H]: T, grad_k[*M, H]: T, grad_v[*M, H]: T, grad_w_h[*GW, H]: fp32,"
+    " grad_w_k[*GW, H]: fp32, scratch partial[B, H]: fp32; clamp: float32",
+    dtypes={"T": ("bf16", "fp32")},
+    example={"M": 4 * 4096, "H": 7168, "MV": 4 * 4096, "GW": 4},  # h [4096, 4, 7168]
+)
+_DTYPES = SCHEMA.dtypes["T"]
 _SAVED = ("saved[0] (dot)", "saved[1] (g)", "saved[2] (rstd_h)", "saved[3] (rstd_k)")
+_EXAMPLE_SMS = 132  # an H100/H200, for `info`'s example call
 
 # Thread blocks per SM of each variant (kernels_py/engram/engram_gate_backward.py
 # BLOCKS_PER_SM; a CPU test keeps the two equal). The kernel launches SMs * this many blocks
@@ -131,8 +146,8 @@ def engram_gate_backward(
     key = _validate.dtype_key("h", h, _DTYPES)
     for name, t in (("grad_out", grad_out), ("k", k), ("v", v), ("w_h", w_h), ("w_k", w_k)):
         _validate.same_dtype(name, t, "h", h)
-    rows, n, v_rows, w_rows, device, eps, clamp = check_inputs(h, k, v, w_h, w_k, eps, clamp_value)
-    shared = v.shape != h.shape  # v is [..., 1, H]: one row per token (check_inputs' rule)
+    rows, n, _, w_rows, eps, clamp = check_shapes(h, k, v, w_h, w_k, eps, clamp_value)
+    shared = v.shape != h.shape  # v is [..., 1, H]: one row per token (check_shapes' rule)
     if shared and type(grad_out) is not _arrays.Tensor:
         raise NotImplementedError(
             "engram_gate_backward: a shared v (shape (..., 1, H)) needs torch tensors (grad_v "
@@ -142,72 +157,63 @@ def engram_gate_backward(
         raise ValueError(
             f"grad_out must have the shape of h {tuple(h.shape)}; got {tuple(grad_out.shape)}"
         )
-    _validate.check_memory(("h", "grad_out"), (h, grad_out))
-    if saved is not None:
-        saved = _check_saved(saved, h)
-    if out is None:
-        grads = (fw.empty_like(h), fw.empty_like(h), fw.empty_like(v))
-        wgrads = tuple(w.new_empty(w.shape, dtype=fw.float32) for w in (w_h, w_k))
-    else:
-        named = dict(zip(_INPUTS, (grad_out, h, k, v, w_h, w_k), strict=True))
-        named.update(zip(_SAVED, saved or (), strict=False))  # the kernel reads those too
-        grads, wgrads = _check_out(out, h, v, w_h, device, named)
-    if saved is None and rows:  # every argument checked: the forward's statistics first
-        saved = forward_saved(key, h, k, v, w_h, w_k, eps, clamp, None)[1:]
+    given = saved is not None
+    # Without `saved`, the forward computes the statistics after every check, into these.
+    saved = _check_saved(saved, h) if given else _stats(fw, h)
+    inputs = {"grad_out": grad_out, "h": h, "k": k, "v": v, "w_h": w_h, "w_k": w_k}
+    inputs |= dict(zip(("dot", "gate", "rstd_h", "rstd_k"), saved, strict=True))
+    # B: whole groups of one block per weight row (rows >= GW), a few per multiprocessor.
+    blocks = 0
+    if rows:
+        device = _validate.device_index("h", h)
+        per_sm = _BLOCKS_PER_SM.get((key, n), _GENERIC_BLOCKS_PER_SM)
+        blocks = min(rows, _sm_count(device) * per_sm)
+        blocks -= blocks % w_rows
+    bound = SCHEMA.bind(inputs, B=blocks)
+    grads, row_grad_v = _outputs(fw, h, v, bound, out, inputs, shared)
+    if not given and rows:  # every argument checked: the forward's statistics first
+        forward_saved(key, h, k, v, w_h, w_k, eps, clamp, (fw.empty_like(h), *saved))
     if rows == 0:
-        for t in (*wgrads, grads[2]) if shared else wgrads:
+        for t in (*grads[3:], grads[2]) if shared else grads[3:]:
             t.zero_()  # a sum over no rows
-        return (*grads, *wgrads)
-    # The kernel writes each row's grad_v term; a shared v sums its rows' terms below.
-    row_grad_v = fw.empty_like(h) if shared else grads[2]
-    blocks = min(rows, _sm_count(device) * _BLOCKS_PER_SM.get((key, n), _GENERIC_BLOCKS_PER_SM))
-    blocks -= blocks % w_rows  # whole groups of one block per weight row (rows >= w_rows)
-    partial = h.new_empty((blocks, n), dtype=fw.float32)
-    ptrs = (grad_out, h, k, v, w_h, w_k, *saved, *grads[:2], row_grad_v, *wgrads, partial)
-    _lib.native().launch(
-        _lib.handle(_OP, key),
-        device,
-        _lib.current_stream(device),
-        tuple(t.data_ptr() for t in ptrs),
-        (
-            rows,
-            n,
-            rows,
-            n,
-            rows,
-            n,
-            v_rows,
-            n,
-            w_rows,
-            n,
-            w_rows,
-            n,
-            rows,
-            rows,
-            rows,
-            rows,
-            rows,
-            n,
-            rows,
-            n,
-            rows,
-            n,
-            w_rows,
-            n,
-            w_rows,
-            n,
-            blocks,
-            n,
-        ),
-        (clamp,),
-    )
+        return grads
+    tensors = (*inputs.values(), grads[0], grads[1], row_grad_v, grads[3], grads[4])
+    workspace = SCHEMA.workspace(fw, h, bound.dims)
+    SCHEMA.launch(key, bound.device, (*tensors, workspace), (clamp,), bound.dims)
     if shared:
         # float32 sums of each token's rows' g * go, rounded once, as TileKernels' backward
         # (one thread sums a token's branches) and autograd of its reference do; the kernel's
         # per-row terms are already rounded to h's dtype, so they are not summed.
         terms = grad_out.to(fw.float32) * saved[1].unsqueeze(-1)
         grads[2].copy_(terms.sum(-2, keepdim=True))
-    return (*grads, *wgrads)
+    return grads
+
+
+def _stats(fw: Any, h: Any) -> tuple:
+    """Room for the forward's four statistics (float32, ``h.shape[:-1]``)."""
+    return tuple(h.new_empty(h.shape[:-1], dtype=fw.float32) for _ in range(4))
+
+
+def _outputs(fw: Any, h: Any, v: Any, bound: Any, out: Any, inputs: dict, shared: bool):
+    """``(grad_h, grad_k, grad_v, grad_w_h, grad_w_k)`` allocated or `out` checked by the
+    schema, and the tensor the kernel writes each row's grad_v term into: grad_v itself, or
+    for a shared v an h-shaped buffer, the public grad_v being v-shaped (the truly irregular
+    part of the contract: the schema describes the kernel's [M, H] grad_v)."""
+    if not shared:
+        grads = SCHEMA.outputs(fw, h, bound, out, inputs)
+        return grads, grads[2]
+    if out is None:
+        grads = SCHEMA.outputs(fw, h, bound, None, inputs)
+        return (*grads[:2], fw.empty_like(v), *grads[3:]), grads[2]
+    row_grad_v = fw.empty_like(h)
+    if not isinstance(out, (tuple, list)) or len(out) != 5:
+        SCHEMA.outputs(fw, h, bound, out, inputs)  # raises: not a 5-tuple of tensors
+    names = ("out[0] (grad_h)", "out[1] (grad_k)", "out[2] (grad_v)")
+    names += ("out[3] (grad_w_h)", "out[4] (grad_w_k)")
+    _validate.check_out(names[2], out[2], h.dtype, v.shape, bound.device)
+    SCHEMA.outputs(fw, h, bound, (*out[:2], row_grad_v, *out[3:]), inputs)
+    _validate.check_no_overlap(names, tuple(out), tuple(inputs), tuple(inputs.values()))
+    return tuple(out), row_grad_v
 
 
 def _check_saved(saved: Any, h: Any) -> tuple:
@@ -238,26 +244,6 @@ def _check_saved(saved: Any, h: Any) -> tuple:
     return tuple(saved)
 
 
-def _check_out(
-    out: Any, h: Any, v: Any, w_h: Any, device: int, inputs: dict
-) -> tuple[tuple, tuple]:
-    if not isinstance(out, (tuple, list)) or len(out) != 5:
-        what = type(out).__name__
-        if isinstance(out, (tuple, list)):
-            what += f" of length {len(out)}"
-        raise TypeError(
-            f"out must be a (grad_h, grad_k, grad_v, grad_w_h, grad_w_k) tuple; got {what}"
-        )
-    for name, t, like in zip(_GRAD_NAMES, out[:3], (h, h, v), strict=True):
-        _validate.check_out(name, t, h.dtype, like.shape, device)
-    fp32 = _arrays.namespace(h).float32
-    for name, t in zip(_WGRAD_NAMES, out[3:], strict=True):
-        _validate.check_out(name, t, fp32, w_h.shape, device)
-    names = _GRAD_NAMES + _WGRAD_NAMES
-    _validate.check_no_overlap(names, tuple(out), tuple(inputs), tuple(inputs.values()))
-    return tuple(out[:3]), tuple(out[3:])
-
-
 def _sm_count(device: int) -> int:
     """Streaming multiprocessors of CUDA device `device` (read once per device)."""
     count = _SM_COUNT.get(device)
@@ -274,8 +260,7 @@ def _sm_count(device: int) -> int:
 
 
 def example_shapes(key: str) -> tuple[str, tuple[int, ...]]:
-    """A typical call for `python -m tileaot info`: its description and flat shapes."""
-    m, n = 4 * 4096, 7168
-    blocks = 132 * _BLOCKS_PER_SM[(key, n)]
-    flat = (m, n, m, n, m, n, m, n, 4, n, 4, n, m, m, m, m, m, n, m, n, m, n, 4, n, 4, n, blocks, n)
-    return "h[4096, 4, 7168], w [4, 7168]", flat
+    """A typical call for `python -m tileaot info`: its description and flat shapes (B as on
+    an H100/H200)."""
+    dims = {**SCHEMA.example, "B": _EXAMPLE_SMS * _BLOCKS_PER_SM[(key, SCHEMA.example["H"])]}
+    return SCHEMA.describe(dims, key), SCHEMA.flat(dims, key)

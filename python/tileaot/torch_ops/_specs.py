@@ -162,7 +162,7 @@ SPECS: tuple[OpSpec, ...] = (
         engram_gate_backward,
         "Tensor grad_out, Tensor h, Tensor k, Tensor v, Tensor w_h, Tensor w_k, float eps=1e-06, "
         "Tensor[]? saved=None, float clamp_value=1e-06",
-        ("grad_h", "grad_k", "grad_v", "grad_w_h", "grad_w_k"),
+        sys.modules[engram_gate_backward.__module__].SCHEMA.torch_outs(),
         _engram_gate_backward,
         dense=_GRAD,
     ),
