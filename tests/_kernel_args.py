@@ -12,14 +12,34 @@ import importlib
 from typing import Any
 
 
+def _schema(schema: Any) -> Any:
+    """An `OpSchema`, or the one of kernel op `schema` (tileaot.<op>, or helper tileaot._<op>)."""
+    if not isinstance(schema, str):
+        return schema
+    try:
+        return importlib.import_module(f"tileaot.{schema}").SCHEMA
+    except ImportError:
+        return importlib.import_module(f"tileaot._{schema}").SCHEMA
+
+
+def pointer(launch: Any, schema: Any, name: str) -> int:
+    """The pointer `launch` passes for tensor `name` of `schema` (as `check_launch` takes it),
+    found by the schema's kernel order rather than a position written in the test."""
+    schema = _schema(schema)
+    names = [t.name for t in schema.tensors]
+    assert name in names, f"{schema.op} has no tensor {name!r}"
+    before = schema.tensors[: names.index(name)]
+    assert not any(t.optional for t in before), "an optional tensor before it: use check_launch"
+    return launch.ptrs[len(before)]
+
+
 def check_launch(launch: Any, schema: Any, **tensors: Any) -> dict[str, int]:
     """Assert that `launch` (a recorded `_fakes.Launch`) passes `tensors` in `schema`'s kernel
     order (an `OpSchema`, or the name of a kernel op whose module tileaot.<op> holds it): each
     by its schema name, a tensor (its data pointer and shape), or for a scratch tensor its shape
     alone (the workspace places it). Optional tensors left out are absent from the launch.
     Returns the scratch tensors' pointers by name, for checks of their placement."""
-    if isinstance(schema, str):
-        schema = importlib.import_module(f"tileaot.{schema}").SCHEMA
+    schema = _schema(schema)
     names = [t.name for t in schema.tensors if t.name in tensors]
     unknown = set(tensors) - {t.name for t in schema.tensors}
     assert not unknown, f"{schema.op} has no tensor {sorted(unknown)}"

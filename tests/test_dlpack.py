@@ -39,6 +39,7 @@ from _dlpack_producer import (  # noqa: E402
     host,
 )
 from _fakes import STREAM, cpu_as_cuda, fake, tileaot  # noqa: E402, F401
+from _kernel_args import pointer  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -220,7 +221,8 @@ def test_outputs_come_from_the_inputs_namespace(fake, cpu_as_cuda):
     x = bf16(2, 3, 64, namespace=ns)
     y = tileaot.rms_norm(x, bf16(64))
     assert ns.calls == [((2, 3, 64), "bfloat16", (CPU, 0))] and y is ns.made[0]
-    assert fake.launches[0].ptrs[2] == y.ptr and fake.lookups == [("rms_norm", "bf16")]
+    assert pointer(fake.launches[0], "rms_norm", "y") == y.ptr
+    assert fake.lookups == [("rms_norm", "bf16")]
     assert fake.launches[0].shapes == (6, 64, 64, 6, 64)
 
 
@@ -255,7 +257,7 @@ def test_out_array_is_returned_and_checked(fake, cpu_as_cuda):
     x, w = f32(4, 64), f32(64)
     out = aligned_empty((4, 64), "float32")
     assert tileaot.rms_norm(x, w, out=out) is out
-    assert fake.launches[-1].ptrs[2] == out.ctypes.data
+    assert pointer(fake.launches[-1], "rms_norm", "y") == out.ctypes.data
     with pytest.raises(ValueError, match=r"out has shape \(4, 32\); this call writes \(4, 64\)"):
         tileaot.rms_norm(x, w, out=aligned_empty((4, 32), "float32"))
     with pytest.raises(TypeError, match=r"out has dtype int32; this call writes float32"):

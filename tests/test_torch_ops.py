@@ -31,6 +31,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import cpu_as_cuda, fake, t, tileaot  # noqa: E402, F401
+from _kernel_args import pointer  # noqa: E402
 from _torch_ops_helpers import block, wrapper_block, wrapper_call  # noqa: E402
 from torch._dynamo.testing import CompileCounterWithBackend  # noqa: E402
 
@@ -286,8 +287,11 @@ def test_sinkhorn_normalize_backward_goes_through_the_backward_op(fake, cpu_as_c
     assert fake.by_handle[fwd.handle] == ("sinkhorn_normalize", "fp32")
     assert fake.by_handle[bwd.handle] == ("sinkhorn_normalize_backward", "fp32")
     assert bwd.scalars == fwd.scalars == (7, 1e-4)
-    assert bwd.ptrs[1] == logits.data_ptr() and bwd.ptrs[0] != grad.data_ptr()
-    assert bwd.ptrs[2] == logits.grad.data_ptr() and logits.grad.shape == logits.shape
+    op = "sinkhorn_normalize_backward"
+    assert pointer(bwd, op, "logits") == logits.data_ptr()
+    assert pointer(bwd, op, "grad_out") != grad.data_ptr()  # made contiguous: a copy
+    assert pointer(bwd, op, "grad_logits") == logits.grad.data_ptr()
+    assert logits.grad.shape == logits.shape
 
 
 def test_expand_to_mhc_backward_goes_through_the_backward_op(fake, cpu_as_cuda):
@@ -297,7 +301,8 @@ def test_expand_to_mhc_backward_goes_through_the_backward_op(fake, cpu_as_cuda):
     assert fake.by_handle[fwd.handle] == ("expand_to_mhc", "bf16")
     assert fake.by_handle[bwd.handle] == ("expand_to_mhc_backward", "bf16")
     assert fwd.shapes == (6, 64, 6, 4, 64) and bwd.shapes == (6, 4, 64, 6, 64)
-    assert bwd.ptrs[1] == hidden.grad.data_ptr() and hidden.grad.shape == hidden.shape
+    assert pointer(bwd, "expand_to_mhc_backward", "grad_x") == hidden.grad.data_ptr()
+    assert hidden.grad.shape == hidden.shape
 
 
 def test_engram_gate_backward_skips_the_gate_and_unneeded_grads(fake, cpu_as_cuda):
@@ -315,9 +320,10 @@ def test_engram_gate_backward_skips_the_gate_and_unneeded_grads(fake, cpu_as_cud
     ]
     save, bwd = fake.launches[1:]
     assert save.scalars == (1e-5, 1e-6) and bwd.scalars == (1e-6,)
-    assert bwd.ptrs[6:10] == save.ptrs[6:10]
+    read = [pointer(bwd, "engram_gate_backward", n) for n in ("dot", "gate", "rstd_h", "rstd_k")]
+    assert read == [pointer(save, "engram_gate_save", n) for n in ("dot", "g", "rstd_h", "rstd_k")]
     assert h.grad.shape == h.shape and w_k.grad.shape == w_k.shape
-    assert bwd.ptrs[10] == h.grad.data_ptr()
+    assert pointer(bwd, "engram_gate_backward", "grad_h") == h.grad.data_ptr()
     assert w_k.grad.dtype == w_k.dtype  # the op's float32 weight grad, cast by autograd
     assert k.grad is None and w_h.grad is None
 
@@ -327,7 +333,8 @@ def test_backward_op_copies_a_misaligned_gradient(fake, cpu_as_cuda):
     grad = torch.zeros(2 * 16 + 1, dtype=F32)[1:].view(2, 4, 4)  # contiguous, 4 bytes off
     torch.ops.tileaot.sinkhorn_normalize_backward(grad, logits)
     (bwd,) = fake.launches
-    assert bwd.ptrs[0] % 16 == 0 and bwd.ptrs[0] != grad.data_ptr()
+    copied = pointer(bwd, "sinkhorn_normalize_backward", "grad_out")
+    assert copied % 16 == 0 and copied != grad.data_ptr()
     with pytest.raises(ValueError, match="not 16-byte aligned"):
         tileaot.sinkhorn_normalize_backward(grad, logits)  # the wrapper itself stays strict
 
@@ -423,7 +430,7 @@ def test_compiled_model_code_with_public_functions_launches_what_eager_launches(
     assert _launched(fake) == launched and len(launched) == 11
     assert backend.frame_count == 1
     if backend_name == "eager":  # aot_eager functionalises: a copy, then copied back to buf
-        assert fake.launches[0].ptrs[2] == inputs[-1].data_ptr()  # rms_norm wrote into out=
+        assert pointer(fake.launches[0], "rms_norm", "y") == inputs[-1].data_ptr()  # out=
     assert [(g.shape, g.dtype) for g in got] == [(e.shape, e.dtype) for e in eager]
 
 
