@@ -40,6 +40,7 @@ OP_MODULES = (
     "kernels_py.quant.per_block_cast_fp8",
     "kernels_py.quant.cast_back_fp8",
     "kernels_py.quant.per_token_cast_e5m6",
+    "kernels_py.quant.cast_back_e5m6",
     "kernels_py.moe.moe_expand",
     "kernels_py.moe.expand_to_fused",
     "kernels_py.moe.moe_reduce",

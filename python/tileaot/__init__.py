@@ -24,6 +24,7 @@ from ._arrays import use_stream
 from ._info import info
 from .aux_fi import aux_fi
 from .cast_back import cast_back
+from .cast_back_e5m6 import cast_back_e5m6
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
 from .engram_hash import engram_hash
@@ -71,6 +72,7 @@ __all__ = [
     "MoeExpandResult",
     "aux_fi",
     "cast_back",
+    "cast_back_e5m6",
     "engram_gate",
     "engram_gate_backward",
     "engram_hash",

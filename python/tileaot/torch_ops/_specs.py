@@ -21,6 +21,7 @@ import torch
 from .._schema_torch import OpSpec, schema_fake
 from ..aux_fi import aux_fi
 from ..cast_back import cast_back
+from ..cast_back_e5m6 import cast_back_e5m6
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
 from ..engram_hash import engram_hash
@@ -114,6 +115,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(per_block_cast_fp8),
     _from_schema(per_channel_cast_fp8),
     _from_schema(cast_back),
+    _from_schema(cast_back_e5m6),
     _from_schema(topk_gate),
     _from_schema(top2_sum_gate),
     _from_schema(topk_sum_and_topk_group_idx),
