@@ -300,6 +300,34 @@ def per_token_cast_e5m6(d: Draw) -> Call:
     return c
 
 
+def cast_back_e5m6(d: Draw) -> Call:
+    m, n = d.size(200), d.size(40, step=8)  # N % 8 == 0: 12 bytes per 8 codes
+    pieces = n // 8
+    g = d.pick([1, pieces] if pieces else [1])  # groups of N / G columns, a multiple of 8
+    q = d.randint(0, 256, (m, pieces * 12), U8)  # every code: NaN and inf ones too
+    scale = d.randn((m, g), FP32, 100.0)
+    out_dtype = d.pick([None, BF16, FP32])
+    out_dt = out_dtype or BF16
+    c = Call(
+        {"q": q, "scale": scale, "out_dtype": out_dtype},
+        [((m, n), out_dt)],
+        m * n > 0,
+        bad={"out_dtype": [FP16, "bf16"]},
+    )
+    out = d.outs(c, [("out", (m, n), out_dt)], pair=False)
+    c.slot(("q",), "q", (U8,), (0, 1) if out else (0,))
+    c.slot(("scale",), "scale", (FP32,), (0,))
+
+    def check(x: torch.Tensor) -> None:  # bit-exact; NaN where the reference has NaN
+        want = _ref("quant.cast_back_e5m6")(q, scale, out_dt)
+        nan = want.isnan()
+        assert torch.equal(x.isnan(), nan)
+        _same_bits([x[~nan]], [want[~nan]])
+
+    c.check = check
+    return c
+
+
 def _scale_shape(layout: str, m: int, n: int) -> tuple[int, int]:
     if layout[0] == "g":
         return (m, n // int(layout[1:]))
@@ -1246,6 +1274,7 @@ BUILDERS = {
         cast_back,
         cast_back_groups,
         cast_back_fp4,
+        cast_back_e5m6,
         per_token_cast_fp4,
         transpose,
         sinkhorn_normalize,

@@ -98,6 +98,8 @@ CASES = [
     ("cast_back", lambda: (fp8(3, 40), t(3, 1, dtype=F32), None, 40)),
     ("cast_back", lambda: (u8(4, 32), u8(4, 2), None, 32)),
     ("cast_back", lambda: (u8(2, 3, 8), fp8(2, 3, 1), None, 16, F32)),
+    ("cast_back_e5m6", lambda: (u8(4, 96), t(4, 1, dtype=F32))),
+    ("cast_back_e5m6", lambda: (u8(3, 48), t(3, 4, dtype=F32), F32)),
     ("topk_gate", lambda: (t(6, 64, dtype=F32), 4)),
     ("topk_gate", lambda: (t(3, 300, dtype=F32), 8, "sigmoid", False)),
     ("top2_sum_gate", lambda: (t(6, 256, dtype=F32), t(256, dtype=F32), 8, 8, 4, 2.5, 1)),
