@@ -102,6 +102,14 @@ def _cast_back_fp4(m: int, n: int, g: int):
     return make
 
 
+def _cast_back_e5m6(m: int, n: int, fmt: str):
+    def make(tk):
+        q, s = tk.quant.per_token_cast(_bf16(m, n), "e5m6", n)
+        return lambda: tk.quant.cast_back((q, s), fmt, (1, n), "e5m6")
+
+    return make
+
+
 def _swiglu_cast(m: int, h: int, weighted: bool = True, clamp=None, round_sf: bool = False):
     def make(tk):
         x = _bf16(m, 2 * h)
@@ -464,6 +472,10 @@ CASES: list[Case] = [
          (CB, "128x4096", _cast_back_fp8(128, 4096, (1, 128), "bf16")),
          ("cast_back fp8 block128 -> bf16", X, _cast_back_fp8(32768, 7168, (128, 128), "bf16")),
          ("cast_back fp8 token -> fp32", X, _cast_back_fp8(32768, 7168, (1, 7168), "fp32"))),
+    *_op("cast_back_e5m6",
+         ("cast_back_e5m6 -> bf16", X, _cast_back_e5m6(32768, 7168, "bf16")),
+         ("cast_back_e5m6 -> bf16", "128x4096", _cast_back_e5m6(128, 4096, "bf16")),
+         ("cast_back_e5m6 -> fp32", X, _cast_back_e5m6(32768, 7168, "fp32"))),
     *_op("swiglu_per_token_cast_fp8",
          (SWW, X2, _swiglu_cast(32768, 7168)),
          (SWW + " clamp", X2, _swiglu_cast(32768, 7168, clamp=7.0)),

@@ -127,6 +127,21 @@ def test_cast_back_e2m1(group, fmt):
     )
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp32"])
+@pytest.mark.parametrize("flags", [(False, False, False), (True, True, False), (True, True, True)])
+@pytest.mark.parametrize("m", TOKENS)
+def test_cast_back_e5m6(m, flags, fmt):
+    """TileKernels' E5M6 codes and scales (col-major, power-of-two, packed UE8M0 options)
+    back through x_special_fmt='e5m6'."""
+    ref = _tk("cast_e5m6")
+    x = ref.cast_to_e5m6(_x(m, 7168, seed=m), 7168, *flags)
+    _poison()
+    want = ref.cast_back_from_e5m6(x, fmt, (1, 7168))
+    _same(_compat().quant.cast_back(x, fmt, (1, 7168), "e5m6"), want, (m, flags))
+    got = _compat().quant.per_token_cast_back(x, fmt, 7168, "e5m6")
+    _same(got, want, (m, flags, "per_token_cast_back"))
+
+
 @pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("clamp", [None, 10.0, 0.5])  # TileKernels' tests' clamp values
 @pytest.mark.parametrize("weighted", [False, True])
