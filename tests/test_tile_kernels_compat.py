@@ -104,6 +104,9 @@ X32 = t(8, 256, dtype=F32)
 Q8 = X.to(F8)
 S_G128, S_TOK, S_BLOCK = t(8, 2, dtype=F32), t(8, 1, dtype=F32), t(1, 2, dtype=F32)
 Q4 = torch.randint(0, 256, (8, 128), dtype=torch.uint8)
+QE = torch.randint(0, 256, (8, 384), dtype=torch.uint8)  # packed E5M6 codes, 256 per row
+SE_G = t(8, 4, dtype=F32)  # four scales of 64 columns per row
+SE_UE8M0 = torch.randint(100, 140, (8, 1), dtype=I32)  # packed-UE8M0 row scales
 E4 = torch.randint(100, 140, (8, 8), dtype=torch.uint8)  # UE8M0 bytes of group-32 scales
 S4 = served.ue8m0_to_float(E4)
 GATE = t(8, 512)
@@ -202,6 +205,24 @@ CASES = [
         lambda: quant.cast_back((Q4.view(torch.int8), S4), "fp32", (1, 32)),
         lambda: tileaot.cast_back(Q4, E4, group_size=32, out_dtype=F32),
         [(F32, (8, 256))],
+    ),
+    (
+        "cast_back-e5m6-row",
+        lambda: quant.cast_back((QE, S_TOK.T.contiguous().T), "fp32", (1, 256), "e5m6"),
+        lambda: tileaot.cast_back_e5m6(QE, S_TOK, out_dtype=F32),
+        [(F32, (8, 256))],
+    ),
+    (
+        "per_token_cast_back-e5m6-g64",
+        lambda: quant.per_token_cast_back((QE, SE_G), "bf16", 64, "e5m6"),
+        lambda: tileaot.cast_back_e5m6(QE, SE_G),
+        [(BF16, (8, 256))],
+    ),
+    (
+        "cast_back-e5m6-packed-ue8m0",
+        lambda: quant.cast_back((QE, SE_UE8M0), "bf16", (1, 256), "e5m6"),
+        lambda: tileaot.cast_back_e5m6(QE, served.ue8m0_to_float(SE_UE8M0)),
+        [(BF16, (8, 256))],
     ),
     (
         "per_token_cast_back",
@@ -452,6 +473,7 @@ def _stand_ins() -> dict:
     from kernels_py.moe import top2_sum_gate as t2
     from kernels_py.moe import topk_gate as tg
     from kernels_py.moe import topk_sum_and_topk_group_idx as tsg
+    from kernels_py.quant import cast_back_e5m6 as cbe
     from kernels_py.quant import cast_back_fp4 as cb4
     from kernels_py.quant import cast_back_fp8 as cb8
     from kernels_py.quant import per_block_cast_fp8 as pb
@@ -477,6 +499,7 @@ def _stand_ins() -> dict:
         "per_token_cast_fp4": fp4.reference,
         "per_token_cast_e5m6": lambda x, *, round_sf=False: e5.reference(x, round_sf),
         "cast_back": cast_back,
+        "cast_back_e5m6": lambda q, scale, *, out_dtype=None: cbe.reference(q, scale, out_dtype),
         "swiglu_per_token_cast_fp8": swq.reference,
         "top2_sum_gate": lambda *args: t2.reference(*args[:10]),  # scoring_func: sigmoid only
         "topk_gate": tg.reference,
@@ -578,12 +601,32 @@ def _tk_cases():
         for dt, xe in (("bf16", x), ("fp32", x.float()))
         for flags in itertools.product((False, True), repeat=3)
     ]
+    e5m6_back = [
+        (
+            f"cast_back-e5m6-{fmt}-{flags}",
+            lambda qs=qs, fmt=fmt: quant.cast_back(qs, fmt, (1, 512), "e5m6"),
+            lambda qs=qs, fmt=fmt: tk("cast_e5m6").cast_back_from_e5m6(qs, fmt, (1, 512)),
+        )
+        for fmt in ("bf16", "fp32")
+        for flags in ((False, False), (True, False), (True, True))  # round_sf, packed ue8m0
+        for qs in [tk("cast_e5m6").cast_to_e5m6(x, 512, True, *flags)]  # col-major scales
+    ]
+    codes = torch.randint(0, 256, (129, 768), generator=g, dtype=torch.uint8)  # NaN, inf too
+    group_sf = torch.rand(129, 8, generator=g) * 2.0 ** torch.randint(-40, 40, (129, 8))
+    e5m6_back.append(
+        (
+            "per_token_cast_back-e5m6-g64-random-codes",
+            lambda: quant.per_token_cast_back((codes, group_sf), "bf16", 64, "e5m6"),
+            lambda: tk("cast_e5m6").cast_back_from_e5m6((codes, group_sf), "bf16", (1, 64)),
+        )
+    )
     split = (torch.randn(3, 5, 24, generator=g) * 4, torch.randn(3, generator=g))
     split += (torch.randn(24, generator=g),)
     head = (torch.randn(3, 5, 4, generator=g) * 4, torch.randn(1, generator=g))
     head += (torch.randn(4, generator=g),)
     return [
         *e5m6,
+        *e5m6_back,
         (
             "per_token_cast-g128",
             lambda: quant.per_token_cast(x, "e4m3", 128, round_sf=True),
@@ -722,7 +765,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 43  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 50  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -877,9 +920,19 @@ NOT_SERVED = [
         " (served: (1, 32), (1, 64), (1, 128), (128, 128), (1, hidden=256))",
     ),
     (
-        lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 128), "e5m6"),
-        "cast_back: x_special_fmt='e5m6'",
-        " (served: None)",
+        lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 128), "e4m3"),
+        "cast_back: x_special_fmt='e4m3'",
+        " (served: 'e5m6')",
+    ),
+    (
+        lambda: quant.cast_back((QE, S_BLOCK), "bf16", (128, 128), "e5m6"),
+        "cast_back: x_block_size=(128, 128)",
+        " with x_special_fmt='e5m6' (served: (1, n), hidden=256)",
+    ),
+    (
+        lambda: quant.per_token_cast_back((QE, S_G128), "bf16", 4, "e5m6"),
+        "per_token_cast_back: num_per_channels=4",
+        " with x_special_fmt='e5m6' (served: a multiple of 8 dividing hidden, hidden=256)",
     ),
     (
         lambda: quant.cast_back((Q4.view(torch.int8), S4), "bf16", (1, 64)),

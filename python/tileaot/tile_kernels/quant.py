@@ -129,7 +129,9 @@ def cast_back(
 
     FP8 data: ``x_block_size`` ``(1, 128)``, ``(1, hidden)`` or ``(128, 128)``, float32 scales
     (row- or column-major). Packed FP4 data (int8): ``(1, 16)`` or ``(1, 32)`` with float32
-    power-of-two scales (checked: one device sync)."""
+    power-of-two scales (checked: one device sync). ``x_special_fmt="e5m6"`` (uint8 data as
+    `per_token_cast(x, "e5m6", ...)` packs it): ``(1, n)`` with ``n`` a multiple of 8 dividing
+    hidden, float32 or packed-UE8M0 int32 scales, `tileaot.cast_back_e5m6`."""
     return _cast_back("cast_back", x, fmt, ("x_block_size", x_block_size), x_special_fmt)
 
 
@@ -195,7 +197,8 @@ def _cast_back(
     func: str, x: Any, fmt: str, block: tuple[str, Any], x_special_fmt: str | None
 ) -> torch.Tensor:
     require(func, "fmt", fmt, ("bf16", "fp32"))
-    require_none(func, x_special_fmt=x_special_fmt)
+    if x_special_fmt is not None:
+        require(func, "x_special_fmt", x_special_fmt, ("e5m6",))
     if not (isinstance(x, tuple) and len(x) == 2):
         raise TypeError(
             f"tileaot.tile_kernels.{func}: x must be a (data, sf) pair, not {type(x).__name__}"
@@ -204,6 +207,8 @@ def _cast_back(
     out_dtype = torch.bfloat16 if fmt == "bf16" else torch.float32
     arg, value = block
     size = (1, value) if arg == "num_per_channels" else value
+    if x_special_fmt == "e5m6":
+        return _cast_back_e5m6(func, q, sf, block, size, out_dtype)
     if isinstance(q, torch.Tensor) and q.dtype == torch.int8:  # packed e2m1
         served = (16, 32) if arg == "num_per_channels" else ((1, 16), (1, 32))
         require(func, arg, value, served, "e2m1 data")
@@ -214,6 +219,27 @@ def _cast_back(
     if isinstance(sf, torch.Tensor):
         sf = sf.contiguous()  # TileKernels also takes column-major scales: same values
     return tileaot.cast_back(q, sf, layout=layout, out_dtype=out_dtype)
+
+
+def _cast_back_e5m6(
+    func: str, q: Any, sf: Any, block: tuple[str, Any], size: Any, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """`tileaot.cast_back_e5m6` for TileKernels' ``(1, n)`` blocks: ``G = hidden // n``
+    float32 scales per row (any strides), or packed UE8M0 int32 (the first G exponent bytes
+    of each row, decoded as TileKernels does: byte ``e`` is ``2**(e - 127)``)."""
+    hidden = q.shape[-1] * 2 // 3 if isinstance(q, torch.Tensor) and q.dim() == 2 else None
+    arg, value = block
+    ok = isinstance(size, (tuple, list)) and len(size) == 2 and size[0] == 1
+    if not ok or not hidden or not isinstance(size[1], int) or size[1] % 8 or hidden % size[1]:
+        served = "a multiple of 8 dividing hidden" if arg == "num_per_channels" else "(1, n)"
+        raise not_served(func, arg, value, f"{served}, hidden={hidden}", "x_special_fmt='e5m6'")
+    if isinstance(sf, torch.Tensor):
+        if sf.dtype == torch.int32 and sf.dim() == 2:
+            # dense rows (a column-major [M, 1] view is "contiguous" with any column stride)
+            rows = sf.contiguous().as_strided(sf.shape, (sf.shape[1], 1))
+            sf = ue8m0_to_float(rows.view(torch.uint8)[:, : hidden // size[1]])
+        sf = sf.contiguous()  # TileKernels also takes column-major scales: same values
+    return tileaot.cast_back_e5m6(q, sf, out_dtype=out_dtype)
 
 
 def _fp8_layout(func: str, q: Any, block: tuple[str, Any], size: Any) -> str:
