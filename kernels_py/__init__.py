@@ -43,6 +43,7 @@ OP_MODULES = (
     "kernels_py.quant.cast_back_e5m6",
     "kernels_py.moe.moe_expand",
     "kernels_py.moe.expand_to_fused",
+    "kernels_py.moe.expand_to_fused_with_sf",
     "kernels_py.moe.moe_reduce",
     "kernels_py.engram.engram_gate",
     "kernels_py.engram.engram_gate_save",

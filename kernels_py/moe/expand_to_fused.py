@@ -51,14 +51,12 @@ def factory(arch: str, dtype: str):
 def _build(dtype: str, cuda: bool):
     import tilelang.language as T
 
-    vec = 16 // ITEMSIZE[dtype]
     chunk = CHUNK_BYTES // ITEMSIZE[dtype]  # elements of a row per block
     Tn = T.dynamic("T")
     H = T.dynamic("H")
     K = T.dynamic("K")
     P = T.dynamic("P")
-    vec_rows = row_ops(T, dtype, vec, chunk, cuda)
-    scalar_rows = row_ops(T, dtype, 1, chunk, cuda)
+    rows = data_ops(T, dtype, cuda)
 
     @T.prim_func
     def expand_to_fused(
@@ -69,15 +67,31 @@ def _build(dtype: str, cuda: bool):
     ):
         with T.Kernel(T.max(Tn, P), ceildiv(T, H, chunk), threads=THREADS) as (b, c):
             tx = T.get_thread_binding()
-            if cuda:
-                T.import_source(L2_HINTS)
-            if H % vec == 0:  # rows start 16-byte aligned: vectors
-                T.assume(H % vec == 0)
-                vec_rows(x, token_topk_to_pos, pos_to_expert, out, b, c, tx)
-            else:
-                scalar_rows(x, token_topk_to_pos, pos_to_expert, out, b, c, tx)
+            rows(x, token_topk_to_pos, pos_to_expert, out, b, c, tx)
 
     return expand_to_fused
+
+
+def data_ops(T, dtype: str, cuda: bool):
+    """A ``T.macro`` ``(x, token_topk_to_pos, pos_to_expert, out, b, c, tx)``: block (b, c)'s
+    share of the op (`row_ops`), by 16-byte vectors where rows start 16-byte aligned, else
+    element by element; the L2-hinted store's source imported on CUDA targets."""
+    vec = 16 // ITEMSIZE[dtype]
+    chunk = CHUNK_BYTES // ITEMSIZE[dtype]
+    vec_rows = row_ops(T, dtype, vec, chunk, cuda)
+    scalar_rows = row_ops(T, dtype, 1, chunk, cuda)
+
+    @T.macro
+    def rows(x, token_topk_to_pos, pos_to_expert, out, b, c, tx):
+        if cuda:
+            T.import_source(L2_HINTS)
+        if x.shape[1] % vec == 0:  # rows start 16-byte aligned: vectors
+            T.assume(x.shape[1] % vec == 0)
+            vec_rows(x, token_topk_to_pos, pos_to_expert, out, b, c, tx)
+        else:
+            scalar_rows(x, token_topk_to_pos, pos_to_expert, out, b, c, tx)
+
+    return rows
 
 
 def row_ops(T, dtype: str, vec: int, chunk: int, cuda: bool):

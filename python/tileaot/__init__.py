@@ -29,6 +29,7 @@ from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
 from .engram_hash import engram_hash
 from .expand_to_fused import expand_to_fused
+from .expand_to_fused_with_sf import expand_to_fused_with_sf
 from .expand_to_mhc import expand_to_mhc
 from .expand_to_mhc_backward import expand_to_mhc_backward
 from .gemm import gemm
@@ -77,6 +78,7 @@ __all__ = [
     "engram_gate_backward",
     "engram_hash",
     "expand_to_fused",
+    "expand_to_fused_with_sf",
     "expand_to_mhc",
     "expand_to_mhc_backward",
     "gemm",

@@ -26,6 +26,7 @@ from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
 from ..engram_hash import engram_hash
 from ..expand_to_fused import expand_to_fused
+from ..expand_to_fused_with_sf import expand_to_fused_with_sf
 from ..expand_to_mhc import expand_to_mhc
 from ..expand_to_mhc_backward import expand_to_mhc_backward
 from ..gemm import gemm
@@ -154,6 +155,7 @@ SPECS: tuple[OpSpec, ...] = (
     ),
     _from_schema(moe_expand),
     _from_schema(expand_to_fused),
+    _from_schema(expand_to_fused_with_sf),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),
     # (out, g); the backward op takes the statistics from the saving forward (saved=None).
