@@ -1067,6 +1067,22 @@ def moe_expand(d: Draw) -> Call:
     return c
 
 
+def _fused_maps(d: Draw, t: int, k: int) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """``(P, token_topk_to_pos [T, K], pos_to_expert [P])``: TileKernels' get_fused_mapping
+    layout (tests/_fused_mapping.py), maybe with rows past the last run; shapes only when
+    huge."""
+    if d.huge:
+        p = d.size(60)
+        return p, d.randint(-1, p, (t, k)), d.randint(-1, 4, (p,))
+    from _fused_mapping import fused_mapping
+
+    e, align = d.int(1, 40), d.pick([1, 2, 16, 128])
+    idx = d.randint(-1, e, (t, k))
+    total = len(fused_mapping(idx, e, align)[0])
+    pte, pos = fused_mapping(idx, e, align, total + d.pick([0, 3]))
+    return pte.shape[0], pos, pte
+
+
 def expand_to_fused(d: Draw) -> Call:
     """Written from tileaot.expand_to_fused's docstring: bf16 or e4m3 x [T, H] (any H), int32
     token_topk_to_pos [T, K] and pos_to_expert [P] from TileKernels' get_fused_mapping (here
@@ -1075,17 +1091,7 @@ def expand_to_fused(d: Draw) -> Call:
     dt = d.pick([BF16, E4M3])
     t, k, h = d.size(30), d.size(8), d.size(64)
     x = d.randn((t, h), FP32, 100.0).to(dt)
-    if d.huge:  # shapes only
-        p = d.size(60)
-        pos, pte = d.randint(-1, p, (t, k)), d.randint(-1, 4, (p,))
-    else:
-        from _fused_mapping import fused_mapping
-
-        e, align = d.int(1, 40), d.pick([1, 2, 16, 128])
-        idx = d.randint(-1, e, (t, k))
-        total = len(fused_mapping(idx, e, align)[0])
-        pte, pos = fused_mapping(idx, e, align, total + d.pick([0, 3]))
-        p = pte.shape[0]
+    p, pos, pte = _fused_maps(d, t, k)
     c = Call(
         {"x": x, "token_topk_to_pos": pos, "pos_to_expert": pte},
         [((p, h), dt)],
@@ -1098,6 +1104,39 @@ def expand_to_fused(d: Draw) -> Call:
 
     def check(result: Any) -> None:  # bit-exact (tests/test_gpu_expand_to_fused.py)
         _same_bits((result,), (_ref("moe.expand_to_fused")(x, pos, pte),))
+
+    c.check = check
+    return c
+
+
+def expand_to_fused_with_sf(d: Draw) -> Call:
+    """Written from tileaot.expand_to_fused_with_sf's docstring: e4m3 x [T, H] (H >= 1) with
+    float32 or int32 scale rows x_sf [T, F] (F >= 1), the maps as for expand_to_fused; out
+    [P, H] e4m3 and out_sf [P, F] (column-major: [F, ceil(P / 4) * 4]) in x_sf's dtype;
+    P == 0 or T * K == 0 launches nothing."""
+    sdt, col = d.pick([FP32, I32]), d.flag()
+    t, k, h, f = d.size(30), d.size(8), d.size(64, lo=1), d.size(8, lo=1, big=False)
+    x = d.randn((t, h), FP32, 100.0).to(E4M3)
+    x_sf = d.randint(-(2**31), 2**31 - 1, (t, f), I32)
+    x_sf = x_sf if sdt == I32 else x_sf.view(FP32)  # any bits: NaN payloads too
+    p, pos, pte = _fused_maps(d, t, k)
+    sf_shape = (f, -(-p // 4) * 4) if col else (p, f)
+    args = {"x": x, "x_sf": x_sf, "token_topk_to_pos": pos, "pos_to_expert": pte}
+    c = Call(
+        {**args, "use_tma_aligned_col_major_sf": col},
+        [((p, h), E4M3), (sf_shape, sdt)],
+        p * t * k > 0,
+        bad={"use_tma_aligned_col_major_sf": [1, None]},
+    )
+    out = d.outs(c, [("out[0] (out)", (p, h), E4M3), ("out[1] (out_sf)", sf_shape, sdt)])
+    c.slot(("x",), "x", (E4M3,), (0, 1) if out else (0,))
+    c.slot(("x_sf",), "x_sf", (FP32, I32), (0, 1) if out else (0,))
+    c.slot(("token_topk_to_pos",), "token_topk_to_pos", (I32,), (0,))
+    c.slot(("pos_to_expert",), "pos_to_expert", (I32,), (0,) if out else ())
+
+    def check(result: Any) -> None:  # bit-exact (tests/test_gpu_expand_to_fused_with_sf.py)
+        want = _ref("moe.expand_to_fused_with_sf")(x, x_sf, pos, pte, "col" if col else "row")
+        _same_bits(result, want)
 
     c.check = check
     return c
@@ -1301,6 +1340,7 @@ BUILDERS = {
         engram_hash,
         moe_expand,
         expand_to_fused,
+        expand_to_fused_with_sf,
         moe_reduce,
         engram_gate,
         engram_gate_backward,

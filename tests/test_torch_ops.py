@@ -176,6 +176,14 @@ CASES = [
     ("moe_expand", lambda: (fp8(6, 256), idx(6, 3, 4), 4, 1, t(6, 2, dtype=F32))),
     ("expand_to_fused", lambda: (t(6, 64), idx(6, 2, 20), idx(20, 1, 3).view(20))),
     ("expand_to_fused", lambda: (fp8(3, 40), idx(3, 1, 5), idx(5, 1, 2).view(5))),
+    (
+        "expand_to_fused_with_sf",
+        lambda: (fp8(6, 256), t(6, 2, dtype=F32), idx(6, 2, 20), idx(20, 1, 3).view(20)),
+    ),
+    (
+        "expand_to_fused_with_sf",
+        lambda: (fp8(3, 40), idx(3, 1, 9), idx(3, 1, 5), idx(5, 1, 2).view(5), True),
+    ),
     ("moe_reduce", lambda: (t(40, 64), idx(6, 2, 40))),
     ("moe_reduce", lambda: (t(40, 64, dtype=F32), idx(6, 2, 40), t(6, 2, dtype=F32), BF16)),
     ("engram_gate", lambda: engram(4, 64)),
