@@ -225,6 +225,21 @@ def _moe_expand(t: int, h: int, k: int, e: int, alignment: int, fp8: bool = Fals
     return make
 
 
+def _expand_to_fused_with_sf(t: int, h: int, k: int, e: int, alignment: int, col: bool):
+    """expand_to_fused_with_sf alone: the mapping made once, as for expand_to_fused; the
+    data and scales from TileKernels' g128 cast (float32 scales)."""
+
+    def make(tk):
+        idx = torch.rand(t, e, device="cuda").topk(k, dim=-1).indices  # int64
+        xq = tk.quant.per_token_cast(_bf16(t, h), "e4m3", 128)
+        mapping = tk.moe.get_fused_mapping(idx, e, 0, alignment)
+        pos_to_expert, token_topk_to_pos = mapping[0], mapping[3]
+        fn = tk.moe.expand_to_fused_with_sf
+        return lambda: fn(xq, 128, token_topk_to_pos, pos_to_expert, col)
+
+    return make
+
+
 def _expand_to_fused(t: int, h: int, k: int, e: int, alignment: int, fp8: bool = False):
     """expand_to_fused alone: the mapping is made once (get_fused_mapping, synced to the
     rows its experts use), as our case makes it once."""
@@ -438,6 +453,7 @@ CB, SW, SWW = (
 T2, T2S, TSG = "top2_sum_gate dsv3 k8", "top2_sum_gate kimi-k2 k8", "topk_sum_and_topk_group_idx"
 EXP16, EXP128 = "moe_expand bf16 E256 a16", "moe_expand bf16 E256 a128"
 ETF = "expand_to_fused bf16 E256 a128"
+ETFS = "expand_to_fused_with_sf e4m3 g128 E256 a128"
 SK4, SK4B = "sinkhorn_normalize n4 r20", "sinkhorn_normalize_backward n4 r20"
 M, MB = "8192x4x7168", "128x4x4096"
 # fmt: off
@@ -528,6 +544,11 @@ CASES: list[Case] = [
          ("expand_to_fused e4m3 E256 a128", "32768x7168 k8",
           _expand_to_fused(32768, 7168, 8, 256, 128, fp8=True)),
          (ETF, "128x7168 k8", _expand_to_fused(128, 7168, 8, 256, 128))),
+    *_op("expand_to_fused_with_sf",
+         (ETFS, "32768x7168 k8", _expand_to_fused_with_sf(32768, 7168, 8, 256, 128, False)),
+         ("expand_to_fused_with_sf e4m3 g128 col-major E256 a128", "32768x7168 k8",
+          _expand_to_fused_with_sf(32768, 7168, 8, 256, 128, True)),
+         (ETFS, "128x7168 k8", _expand_to_fused_with_sf(128, 7168, 8, 256, 128, False))),
     *_op("transpose",
          ("transpose bf16", X, _transpose(32768, 7168)),
          ("transpose e4m3", X, _transpose(32768, 7168, dtype=torch.float8_e4m3fn)),

@@ -313,6 +313,33 @@ def test_expand_to_fused(m, dtype):
     _same(got.view(torch.uint8), want, m)
 
 
+@pytest.mark.parametrize("layout", ["g128", "g32-col-major", "packed-col-major"])
+@pytest.mark.parametrize("m", TOKENS)
+def test_expand_to_fused_with_sf(m, layout):
+    """TileKernels' FP8 casts' scales in its three layouts, dispatched with the data: dtype,
+    shape, strides and bytes of TileKernels' reference (the column-major buffer's spare
+    columns included)."""
+    from _fused_mapping import fused_mapping
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    idx = torch.randint(-1, 64, (m, 8), device="cuda", generator=g)
+    pte, pos = fused_mapping(idx, 64, 128, len(fused_mapping(idx, 64, 128)[0]) + 3)
+    cast = _tk("cast").cast
+    n, col = (32, True) if layout == "g32-col-major" else (128, layout != "g128")
+    q, sf = cast(_x(m, 7168, seed=m), "e4m3", (1, n))
+    if layout == "packed-col-major":
+        sf = torch.randint(-(2**31), 2**31 - 1, (m, 14), device="cuda", generator=g).int()
+    qs = (q.view(torch.uint8), sf)  # uint8: TileKernels' reference index_puts bytes
+    _poison()
+    got, got_sf = _compat().moe.expand_to_fused_with_sf(qs, n, pos, pte, col)
+    want, want_sf = _tk("expand_to_fused").expand_to_fused_with_sf(qs, n, pos, pte, col)
+    _same(got, want, m)
+    assert got_sf.stride() == want_sf.stride(), m
+    size = (got_sf.shape[1], got_sf.stride(1)) if col else got_sf.shape
+    full = [torch.as_strided(v, size, (size[1], 1)) for v in (got_sf, want_sf)]
+    _same(full[0], full[1], (m, layout))
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
 @pytest.mark.parametrize("m", TOKENS)
 def test_inplace_unique_group_indices(m, dtype):
