@@ -122,6 +122,7 @@ IDX32 = torch.randint(-1, 64, (8, 6), dtype=I32)
 IDX64 = IDX32.long()
 HID, RES = t(2, 3, 256), t(2, 3, 4, 256)
 HID2 = t(5, 256)
+Q_FUSED, SF_FUSED, SF_PACKED = HID2.to(F8), t(5, 2, dtype=F32), t(5, 1, dtype=I32)
 FUSED_POS = torch.tensor([[0, 8], [9, -1], [4, 1], [2, 3], [10, 16]], dtype=I32)
 FUSED_PTE = torch.tensor([0] * 4 + [1] + [-1] * 3 + [2] * 3 + [-1] * 5 + [3] + [-1] * 23, dtype=I32)
 MIX, COMB = t(2, 3, 4, 1, dtype=F32), t(2, 3, 4, 4, dtype=F32)
@@ -317,6 +318,22 @@ CASES = [
         [(BF16, (40, 256))],
     ),
     (
+        "expand_to_fused_with_sf",
+        lambda: moe.expand_to_fused_with_sf((Q_FUSED, SF_FUSED), 128, FUSED_POS, FUSED_PTE),
+        lambda: tileaot.expand_to_fused_with_sf(Q_FUSED, SF_FUSED, FUSED_POS, FUSED_PTE),
+        [(F8, (40, 256)), (F32, (40, 2))],
+    ),
+    (
+        "expand_to_fused_with_sf-uint8-packed-col-major",
+        lambda: moe.expand_to_fused_with_sf(
+            (Q_FUSED.view(torch.uint8), SF_PACKED), 128, FUSED_POS, FUSED_PTE, True
+        ),
+        lambda: tileaot.expand_to_fused_with_sf(
+            Q_FUSED, SF_PACKED, FUSED_POS, FUSED_PTE, use_tma_aligned_col_major_sf=True
+        ),
+        [(torch.uint8, (40, 256)), (I32, (40, 1))],
+    ),
+    (
         "group_count-int64",
         lambda: moe.group_count(IDX64, 64),
         lambda: tileaot.group_count(IDX32, 64),
@@ -465,6 +482,7 @@ def _stand_ins() -> dict:
     from kernels_py.mhc import sinkhorn_normalize as sk
     from kernels_py.moe import aux_fi as af
     from kernels_py.moe import expand_to_fused as etf
+    from kernels_py.moe import expand_to_fused_with_sf as etfs
     from kernels_py.moe import group_count as gc
     from kernels_py.moe import inplace_unique_group_indices as ug
     from kernels_py.moe import mask_indices_by_tp as mi
@@ -511,6 +529,7 @@ def _stand_ins() -> dict:
         "normalize_weight": _no_out(nw.reference),
         "mask_indices_by_tp": _no_out(mi.reference),
         "expand_to_fused": _no_out(etf.reference),
+        "expand_to_fused_with_sf": _with_sf(etfs.reference),
         "group_count": _no_out(gc.reference),
         "aux_fi": _no_out(af.reference),
         "inplace_unique_group_indices": _no_out(ug.reference),
@@ -532,6 +551,14 @@ def _weighted_norm_fn(residual, mhc_fn, mhc_norm_weight=None, mhc_norm_eps=1e-6,
     assert out is None
     fn = mhc_fn if mhc_norm_weight is None else mhc_fn * mhc_norm_weight
     return pnf.reference(residual, fn, mhc_norm_eps)
+
+
+def _with_sf(reference):
+    def call(*args, use_tma_aligned_col_major_sf=False, out=None):
+        assert out is None
+        return reference(*args, "col" if use_tma_aligned_col_major_sf else "row")
+
+    return call
 
 
 def _no_out(reference):
@@ -559,6 +586,18 @@ def _edgy(m: int, n: int, dtype=BF16, seed: int = 0) -> torch.Tensor:
     x[2::7] = 0.0
     x[0, ::3] = -0.0
     return x.to(dtype)
+
+
+def _with_sf_inputs(x: torch.Tensor, g: torch.Generator) -> list[tuple]:
+    """(name, (data, sf), num_per_channels, column-major) of TileKernels' three scale layouts
+    of expand_to_fused_with_sf, from e4m3 casts of `x` [T, 512]."""
+    cast = tk("cast").cast
+    words = torch.randint(-(2**31), 2**31 - 1, (x.shape[0], 1), generator=g, dtype=I32)
+    return [
+        ("g128", cast(x, "e4m3", (1, 128)), 128, False),
+        ("g32-col-major", cast(x, "e4m3", (1, 32), round_sf=True), 32, True),
+        ("packed-col-major", (cast(x, "e4m3", (1, 128))[0], words), 128, True),
+    ]
 
 
 def _tk_cases():
@@ -722,6 +761,18 @@ def _tk_cases():
             lambda: moe.expand_to_fused(x, fused_pos, fused_pte),
             lambda: tk("expand_to_fused").expand_to_fused(x, fused_pos, fused_pte),
         ),
+        *(
+            (
+                f"expand_to_fused_with_sf-{name}",
+                lambda qs=qs, n=n, col=col: moe.expand_to_fused_with_sf(
+                    qs, n, fused_pos, fused_pte, col
+                ),
+                lambda qs=qs, n=n, col=col: tk("expand_to_fused").expand_to_fused_with_sf(
+                    qs, n, fused_pos, fused_pte, col
+                ),
+            )
+            for name, qs, n, col in _with_sf_inputs(x, g)
+        ),
         (
             "group_count-int64",
             lambda: moe.group_count(idx, 256),
@@ -765,7 +816,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 50  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 53  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -797,6 +848,32 @@ def test_e5m6_strided_rows_are_tilekernels(references):
     q, sf = quant.per_token_cast(x, "e5m6", 512, round_sf=True)
     q_tk, sf_tk = tk("cast_e5m6").cast_to_e5m6(x, 512, round_sf=True)
     assert torch.equal(q, q_tk) and torch.equal(sf, sf_tk)
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_expand_to_fused_with_sf_scale_layout_is_tilekernels(references, index):
+    """The scales' strides, and the zero-padded buffer behind the column-major view."""
+    from _fused_mapping import fused_mapping
+
+    g = torch.Generator().manual_seed(11)
+    x = _edgy(33, 512)
+    idx = torch.randint(-1, 16, (33, 4), generator=g)
+    pte, pos = fused_mapping(idx, 16, 8, 33 * 4 + 16 * 7 + 3)
+    _, qs, n, col = _with_sf_inputs(x, g)[index]
+    _, sf = moe.expand_to_fused_with_sf(qs, n, pos, pte, col)
+    _, want = tk("expand_to_fused").expand_to_fused_with_sf(qs, n, pos, pte, col)
+    assert (sf.dtype, sf.shape, sf.stride()) == (want.dtype, want.shape, want.stride())
+    size = (sf.shape[1], sf.stride(1)) if col else sf.shape
+    full = [torch.as_strided(v, size, (size[1], 1)).view(I32) for v in (sf, want)]
+    assert torch.equal(*full)
+
+
+def test_expand_to_fused_with_sf_refuses_what_tilekernels_asserts(fake, cpu_as_cuda):
+    with pytest.raises(ValueError, match=r"int32 \(packed UE8M0\) scales need use_tma"):
+        moe.expand_to_fused_with_sf((Q_FUSED, SF_PACKED), 128, FUSED_POS, FUSED_PTE)
+    with pytest.raises(ValueError, match=r"x\[1\] has shape \(5, 2\); .* must be \[5, 8\]"):
+        moe.expand_to_fused_with_sf((Q_FUSED, SF_FUSED), 32, FUSED_POS, FUSED_PTE)
+    assert fake.launches == []
 
 
 def test_within_tilekernels_bounds(references):
@@ -997,6 +1074,16 @@ NOT_SERVED = [
         lambda: moe.reduce_fused(Y, None, POS, "e4m3"),
         "reduce_fused: fp8_format='e4m3'",
         " (served: '')",
+    ),
+    (
+        lambda: moe.expand_to_fused_with_sf((HID2, SF_FUSED), 128, FUSED_POS, FUSED_PTE),
+        "expand_to_fused_with_sf: x[0].dtype=torch.bfloat16",
+        " (served: torch.float8_e4m3fn, torch.uint8, torch.int8)",
+    ),
+    (
+        lambda: moe.expand_to_fused_with_sf((Q_FUSED, SF_FUSED), 64, FUSED_POS, FUSED_PTE),
+        "expand_to_fused_with_sf: num_per_channels=64",
+        " (served: 32, 128)",
     ),
     (
         lambda: moe.reduce_fused(Y, None, POS, sf=S_TOK[0]),

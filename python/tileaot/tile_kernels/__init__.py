@@ -14,12 +14,13 @@ Served (module: functions -> tileaot op):
   `per_token_cast_fp8`; e2m1 with ``round_sf=True``, 16 or 32 -> `per_token_cast_fp4`),
   ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`), ``per_channel_cast``
   (e4m3, 128 tokens a scale -> `per_channel_cast_fp8`), ``cast_back`` /
-  ``per_token_cast_back`` (-> `cast_back`), ``swiglu_forward_and_per_token_cast`` (e4m3,
-  128 -> `swiglu_per_token_cast_fp8`).
+  ``per_token_cast_back`` (-> `cast_back`; ``x_special_fmt="e5m6"`` -> `cast_back_e5m6`),
+  ``swiglu_forward_and_per_token_cast`` (e4m3, 128 -> `swiglu_per_token_cast_fp8`).
 * ``moe``: ``top2_sum_gate`` (sigmoid -> `top2_sum_gate`), ``topk_gate`` (-> `topk_gate`),
   ``reduce_fused`` (-> `moe_reduce`), ``topk_sum_and_topk_group_idx``, ``normalize_weight``,
-  ``mask_indices_by_tp``, ``group_count``, ``aux_fi``, ``inplace_unique_group_indices`` (-> the
-  ops of the same names; the last writes its result back into the indices, as TileKernels).
+  ``mask_indices_by_tp``, ``group_count``, ``aux_fi``, ``inplace_unique_group_indices``,
+  ``expand_to_fused``, ``expand_to_fused_with_sf`` (-> the ops of the same names;
+  ``inplace_unique_group_indices`` writes its result back into the indices, as TileKernels).
 * ``transpose``: ``transpose``, ``batched_transpose`` (-> `transpose`).
 * ``modeling.mhc.ops``: ``sinkhorn_normalize``, ``expand_to_mhc``, ``mhc_pre_apply_mix``,
   ``mhc_post`` (-> the ops of the same names, differentiable).

@@ -16,6 +16,7 @@ from ._served import not_served, require, require_none
 __all__ = [
     "aux_fi",
     "expand_to_fused",
+    "expand_to_fused_with_sf",
     "group_count",
     "inplace_unique_group_indices",
     "mask_indices_by_tp",
@@ -115,6 +116,60 @@ def expand_to_fused(
     (``pos_to_expert < 0``), `get_fused_mapping`'s int32 maps as they come:
     `tileaot.expand_to_fused` (TileKernels' reference result, bit for bit). bf16 or e4m3 `x`."""
     return tileaot.expand_to_fused(x, token_topk_to_pos, pos_to_expert)
+
+
+_BYTE_DTYPES = (torch.float8_e4m3fn, torch.uint8, torch.int8)  # moved as e4m3 bytes
+
+
+def expand_to_fused_with_sf(
+    x: tuple[torch.Tensor, torch.Tensor],
+    num_per_channels: int,
+    token_topk_to_pos: torch.Tensor,
+    pos_to_expert: torch.Tensor,
+    use_tma_aligned_col_major_sf: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, out_sf)``: `expand_to_fused` of the quantised rows ``x = (data, sf)`` and of
+    their scale rows, padding rows zero in both, `tileaot.expand_to_fused_with_sf`
+    (TileKernels' reference result, bit for bit). 1-byte data (e4m3, or uint8 / int8, moved
+    as bytes); ``num_per_channels`` 32 or 128; float32 scales ``[T, ceil(H / n)]``, or int32
+    packed UE8M0 words ``[T, ceil(ceil(H / n) / 4)]`` with ``use_tma_aligned_col_major_sf``
+    (as TileKernels requires). ``use_tma_aligned_col_major_sf``: `out_sf` is the ``[P, F]``
+    column-major view of a zero-padded ``[F, ceil(P / 4) * 4]`` buffer, as TileKernels
+    returns it."""
+    func = "expand_to_fused_with_sf"
+    if not (isinstance(x, tuple) and len(x) == 2):
+        raise TypeError(f"tileaot.tile_kernels.{func}: x must be a (data, sf) pair")
+    data, sf = x
+    require(func, "num_per_channels", num_per_channels, (32, 128))
+    dtype = getattr(data, "dtype", None)
+    if dtype not in _BYTE_DTYPES:
+        raise not_served(func, "x[0].dtype", dtype, "torch.float8_e4m3fn, torch.uint8, torch.int8")
+    if isinstance(data, torch.Tensor) and data.dim() == 2 and isinstance(sf, torch.Tensor):
+        packed = sf.dtype == torch.int32
+        if packed and not use_tma_aligned_col_major_sf:
+            raise ValueError(
+                f"tileaot.tile_kernels.{func}: int32 (packed UE8M0) scales need "
+                "use_tma_aligned_col_major_sf=True, as TileKernels requires"
+            )
+        groups = -(-data.shape[1] // num_per_channels)
+        want = -(-groups // 4) if packed else groups
+        if sf.dim() != 2 or sf.shape[1] != want:
+            raise ValueError(
+                f"tileaot.tile_kernels.{func}: x[1] has shape {tuple(sf.shape)}; for H = "
+                f"{data.shape[1]} and num_per_channels={num_per_channels} it must be "
+                f"[{data.shape[0]}, {want}]"
+            )
+    flag = use_tma_aligned_col_major_sf
+    out, out_sf = tileaot.expand_to_fused_with_sf(
+        data.view(torch.float8_e4m3fn),
+        sf,
+        token_topk_to_pos,
+        pos_to_expert,
+        use_tma_aligned_col_major_sf=flag,
+    )
+    if flag:  # TileKernels' view of the padded buffer
+        out_sf = out_sf[:, : pos_to_expert.shape[0]].T
+    return out.view(dtype), out_sf
 
 
 def topk_sum_and_topk_group_idx(
