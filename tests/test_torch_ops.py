@@ -174,6 +174,20 @@ CASES = [
     ("moe_expand", lambda: (fp8(6, 256), idx(6, 3, 4), 4, 1, t(6, 2, dtype=F32))),
     ("expand_to_fused", lambda: (t(6, 64), idx(6, 2, 20), idx(20, 1, 3).view(20))),
     ("expand_to_fused", lambda: (fp8(3, 40), idx(3, 1, 5), idx(5, 1, 2).view(5))),
+    (
+        "swiglu_backward",
+        lambda: (
+            (fp8(6, 256), t(6, 2, dtype=F32), t(6, 128), t(4, 2, dtype=F32))
+            + (idx(6, 1, 8).view(6), idx(4, 2, 6))
+        ),
+    ),
+    (
+        "swiglu_backward",
+        lambda: (
+            (fp8(3, 64), t(3, 2, dtype=F32), t(3, 32), t(2, 3, dtype=F32))
+            + (idx(3, 1, 6).view(3), idx(2, 3, 3), 0.5, BF16)
+        ),
+    ),
     ("moe_reduce", lambda: (t(40, 64), idx(6, 2, 40))),
     ("moe_reduce", lambda: (t(40, 64, dtype=F32), idx(6, 2, 40), t(6, 2, dtype=F32), BF16)),
     ("engram_gate", lambda: engram(4, 64)),

@@ -97,7 +97,6 @@ def _kernel(out_dtype: str, p: int, cuda: bool):
                         weight_grad[e // K, e % K] = T.float32(0)
         # 2. One block per row.
         with T.Kernel(M, threads=THREADS) as row:
-            lim = swiglu_clamp_value
             acc = T.alloc_fragment((chunk,), "float32")
             dot = T.alloc_fragment((1,), "float32")
             idx = T.alloc_var("int32", init=pos_to_token_topk[row])
@@ -111,10 +110,14 @@ def _kernel(out_dtype: str, p: int, cuda: bool):
                     if col < H:
                         g = T.cast(x[row, col], "float32") * x_sf[row, col // p]
                         u = T.cast(x[row, H + col], "float32") * x_sf[row, (H + col) // p]
-                        cg = g > lim
-                        cu = (u > lim) | (u < -lim)
-                        gc = T.if_then_else(cg, lim, g)
-                        uc = T.if_then_else(u > lim, lim, T.if_then_else(u < -lim, -lim, u))
+                        cg = g > swiglu_clamp_value
+                        cu = (u > swiglu_clamp_value) | (u < -swiglu_clamp_value)
+                        gc = T.if_then_else(cg, swiglu_clamp_value, g)
+                        uc = T.if_then_else(
+                            u > swiglu_clamp_value,
+                            swiglu_clamp_value,
+                            T.if_then_else(u < -swiglu_clamp_value, -swiglu_clamp_value, u),
+                        )
                         go = T.cast(grad_out[row, col], "float32")
                         t = T.float32(1) + T.call_extern("float32", "expf", -gc)
                         s = T.ieee_fdiv(T.float32(1), t)

@@ -4,7 +4,7 @@ TileKernels 1.0.0's ``tile_kernels.torch.swiglu_backward``."""
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from . import _arrays
 from ._schema import OpSchema, short_of
@@ -19,16 +19,15 @@ _FLT_MAX = 3.4028234663852886e38
 
 
 def _by_key(key: str) -> dict[str, int | str]:
-    """A key "fp32,g128" fixes the out dtype and x_sf's columns (2H / 128)."""
+    """A key "fp32,g128" fixes the out dtype and x_sf's columns (2H / 128); the out dtype
+    alone (torch's fake: the group changes no output) fixes the dtype."""
     out, _, group = key.partition(",")
-    return {"O": out, "NS": f"2 * H // {group[1:]}"}
+    return {"O": out, "NS": f"2 * H // {group[1:]}"} if group else {"O": out}
 
 
 def _key_of(args: dict) -> str:
     out_dtype = args.get("out_dtype")
-    out = "fp32" if out_dtype is None else short_of(out_dtype)
-    h2, ns = args["x"].shape[-1], args["x_sf"].shape[-1]
-    return f"{out},g{h2 // ns if ns else GROUPS[-1]}"
+    return "fp32" if out_dtype is None else short_of(out_dtype)
 
 
 SCHEMA = OpSchema(
@@ -44,14 +43,6 @@ SCHEMA = OpSchema(
 )
 
 
-class SwigluBackwardResult(NamedTuple):
-    """What `swiglu_backward` returns (TileKernels' tuple order)."""
-
-    out: Any  # [M, H]: the weighted activation
-    x_grad: Any  # [M, 2H]: gradient of gate | up
-    weight_grad: Any  # [T, K] float32: gradient of the routing weights
-
-
 def swiglu_backward(
     x: torch.Tensor,
     x_sf: torch.Tensor,
@@ -63,7 +54,7 @@ def swiglu_backward(
     *,
     out_dtype: torch.dtype | None = None,
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-) -> SwigluBackwardResult:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward of the weighted SwiGLU of a fused MoE layout, from its FP8 input.
 
     TileKernels 1.0.0's ``tile_kernels.torch.swiglu_backward((x, x_sf), grad_out, weight,
@@ -112,7 +103,7 @@ def swiglu_backward(
     All tensors contiguous, 16-byte aligned, on one CUDA device.
 
     Returns:
-        ``SwigluBackwardResult(out, x_grad, weight_grad)``: ``[M, H]`` and ``[M, 2H]`` of
+        ``(out, x_grad, weight_grad)`` (TileKernels' order): ``[M, H]`` and ``[M, 2H]`` of
         `out_dtype`, ``[T, K]`` float32. With ``M == 0`` nothing is launched and
         ``weight_grad`` is zero-filled by torch.
 
@@ -168,8 +159,8 @@ def swiglu_backward(
     result = list(SCHEMA.outputs(fw, x, bound, out, inputs))
     if bound.dims["M"] == 0 or h == 0:
         result[2].zero_()
-        return SwigluBackwardResult(*result)
-    returned = SwigluBackwardResult(*result)
+        return tuple(result)
+    returned = tuple(result)
     if bound.dims["T"] * bound.dims["K"] == 0:  # no pair to read or write (every row is
         weight = token_topk_to_pos = result[2] = x  # padding): x stands in for the empty ones
     tensors = (x, x_sf, grad_out, weight, pos_to_token_topk, token_topk_to_pos, *result)
