@@ -75,6 +75,6 @@ test's ``MODULES``; the test fails until it does). Give it a case in the test's 
 launch) and NOT_SERVED (each refused option).
 """
 
-from . import engram, modeling, moe, quant, transpose
+from . import engram, modeling, moe, quant, torch, transpose
 
-__all__ = ["engram", "modeling", "moe", "quant", "transpose"]
+__all__ = ["engram", "modeling", "moe", "quant", "torch", "transpose"]
