@@ -43,7 +43,7 @@ fused kernel's, one rounding of the same values). Generic sizes only (M, H, T, K
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 from ..ceildiv import ceildiv
 from ..moe.moe_reduce import fma_f32
-from ..spec import KernelSpec
+from ..spec import BY_GENERATION, KernelSpec
 
 OUT_DTYPES = ("float32", "bfloat16")
 GROUPS = (32, 128)
@@ -194,6 +194,9 @@ SPEC = KernelSpec(
     specs=({},),
     reference=reference,
     constraints=_constraints,
+    lowering_classes=BY_GENERATION,
+    lowering_reason="a block-wide sum (NamedBarrier from sm_80 on) and fp32 elementwise math "
+    "(paired from sm_100 on)",
     doc="out, x_grad, weight_grad of SwiGLU on e4m3 x with per-P scales and per-row routing "
     "weights (TileKernels' swiglu_backward).",
 )

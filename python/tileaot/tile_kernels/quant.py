@@ -195,15 +195,11 @@ def swiglu_backward_and_per_token_cast(
     TileKernels' reference bit for bit) and `tileaot.per_token_cast_fp8` of that float32 x_grad
     (TileKernels' cast, bit for bit); out and x_grad are then rounded to bf16 by torch, which
     is what TileKernels' kernel stores. weight_grad: a float32 sum (its test's 1e-4 bound)."""
-    from .torch.swiglu import _backward_inputs
+    from .torch.swiglu import backward
 
     func = "swiglu_backward_and_per_token_cast"
-    data, sf, grad_out = _backward_inputs(func, x, grad_out, num_per_channels)
-    if isinstance(data, torch.Tensor):
-        require(func, "x[0].dtype", data.dtype, (torch.float8_e4m3fn,))
-    out, x_grad, weight_grad = tileaot.swiglu_backward(
-        data, sf, grad_out, weight, pos_to_token_topk, token_topk_to_pos, swiglu_clamp_value
-    )
+    args = (x, grad_out, weight, pos_to_token_topk, token_topk_to_pos, num_per_channels)
+    out, x_grad, weight_grad = backward(func, *args, swiglu_clamp_value)
     cast = tileaot.per_token_cast_fp8(x_grad, num_per_channels, round_sf=round_sf)
     return out.to(grad_out.dtype), cast, x_grad.to(grad_out.dtype), weight_grad
 

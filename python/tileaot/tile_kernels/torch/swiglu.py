@@ -62,7 +62,23 @@ def swiglu_backward(
     out and x_grad, bit-exact; weight_grad a float32 sum within TileKernels' 1e-4 bound).
     ``num_per_channels`` 32 or 128; bf16 `grad_out` (the dtype TileKernels' fused kernel
     takes)."""
-    data, sf, grad_out = _backward_inputs("swiglu_backward", x, grad_out, num_per_channels)
+    args = (x, grad_out, weight, pos_to_token_topk, token_topk_to_pos, num_per_channels)
+    return backward("swiglu_backward", *args, swiglu_clamp_value)
+
+
+def backward(
+    func: str,
+    x: QuantTensor,
+    grad_out: torch.Tensor,
+    weight: torch.Tensor,
+    pos_to_token_topk: torch.Tensor,
+    token_topk_to_pos: torch.Tensor,
+    num_per_channels: int,
+    swiglu_clamp_value: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`tileaot.swiglu_backward` (float32) on TileKernels' backward arguments, checked, errors
+    naming `func`."""
+    data, sf, grad_out = _backward_inputs(func, x, grad_out, num_per_channels)
     return tileaot.swiglu_backward(
         data, sf, grad_out, weight, pos_to_token_topk, token_topk_to_pos, swiglu_clamp_value
     )
@@ -78,6 +94,8 @@ def _backward_inputs(
             f"tileaot.tile_kernels.{func}: x must be a (data, sf) pair, not {type(x).__name__}"
         )
     data, sf = x
+    if isinstance(data, torch.Tensor):
+        require(func, "x[0].dtype", data.dtype, (torch.float8_e4m3fn,))
     if isinstance(grad_out, torch.Tensor):
         require(func, "grad_out.dtype", grad_out.dtype, (torch.bfloat16,))
     if isinstance(data, torch.Tensor) and isinstance(sf, torch.Tensor) and data.dim() in (2, 3):
