@@ -122,6 +122,23 @@ def _swiglu_cast(m: int, h: int, weighted: bool = True, clamp=None, round_sf: bo
     return make
 
 
+def _swiglu_backward(t: int, k: int, h: int, p: int = 128, clamp=None):
+    """swiglu_backward_and_per_token_cast: TileKernels' only kernel of the backward, which also
+    writes x_grad's e4m3 cast (more bytes than our op's case)."""
+
+    def make(tk):
+        m = t * k + t * k // 8
+        tk2p = torch.randperm(m, device="cuda")[: t * k].int().view(t, k)
+        p2tk = torch.full((m,), -1, dtype=torch.int32, device="cuda")
+        p2tk[tk2p.view(-1).long()] = torch.arange(t * k, dtype=torch.int32, device="cuda")
+        x = (_fp8(m, 2 * h), torch.rand(m, 2 * h // p, device="cuda"))
+        grad_out, w = _bf16(m, h), torch.rand(t, k, device="cuda")
+        fn = tk.quant.swiglu_backward_and_per_token_cast
+        return lambda: fn(x, grad_out, w, p2tk, tk2p, p, swiglu_clamp_value=clamp)
+
+    return make
+
+
 # ---- MoE -------------------------------------------------------------------------------------
 
 
@@ -456,6 +473,8 @@ ETF = "expand_to_fused bf16 E256 a128"
 ETFS = "expand_to_fused_with_sf e4m3 g128 E256 a128"
 SK4, SK4B = "sinkhorn_normalize n4 r20", "sinkhorn_normalize_backward n4 r20"
 M, MB = "8192x4x7168", "128x4x4096"
+SWB, SWB_SIZE = "swiglu_backward e4m3 g128 -> bf16", "4096x8x2*2048"
+SWB_NOTE = "TileKernels' fused kernel also writes x_grad's e4m3 cast"
 # fmt: off
 CASES: list[Case] = [
     *_op("per_token_cast_fp8",
@@ -500,6 +519,12 @@ CASES: list[Case] = [
          (SWW + " (generic H)", "32768x2*1408", _swiglu_cast(32768, 1408)),
          (SWW, "128x2*2048", _swiglu_cast(128, 2048)),
          (SWW + " round_sf", X2, _swiglu_cast(32768, 7168, round_sf=True))),
+    *_op("swiglu_backward",
+         (SWB, SWB_SIZE, _swiglu_backward(4096, 8, 2048), SWB_NOTE),
+         (SWB + " clamp", SWB_SIZE, _swiglu_backward(4096, 8, 2048, clamp=10.0), SWB_NOTE),
+         ("swiglu_backward e4m3 g32 -> fp32", SWB_SIZE, _swiglu_backward(4096, 8, 2048, 32),
+          SWB_NOTE),
+         (SWB, "16x8x2*2048", _swiglu_backward(16, 8, 2048), SWB_NOTE)),
     *_op("topk_gate",
          ("topk_gate softmax k8", "32768x256", _topk_gate(32768, 256, 8), TOPK_NOTE),
          ("topk_gate softmax k8", "128x256", _topk_gate(128, 256, 8), TOPK_NOTE),

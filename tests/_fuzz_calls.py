@@ -205,6 +205,64 @@ def swiglu_per_token_cast_fp8(d: Draw) -> Call:
     return c
 
 
+def swiglu_backward(d: Draw) -> Call:
+    """Written from tileaot.swiglu_backward's docstring: e4m3 x [M, 2H] with float32 scales
+    x_sf [M, 2H / P] (P 32 or 128, H % P == 0), bf16 grad_out [M, H], float32 weight [T, K],
+    int32 pos_to_token_topk [M] and token_topk_to_pos [T, K] one the inverse of the other (a
+    fused mapping); out, x_grad of out_dtype (float32 by default), weight_grad float32; M == 0
+    launches nothing."""
+    p = d.pick([32, 128])
+    h, t, k = d.size(3, step=p), d.size(20), d.size(8)
+    if d.huge:  # shapes only
+        m = d.size(60)
+        p2tk, tk2p = d.randint(-1, t * k, (m,)), d.randint(-1, m, (t, k))
+    else:
+        from _fused_mapping import fused_mapping
+
+        _, tk2p = fused_mapping(d.randint(-1, d.int(1, 12), (t, k)).cpu(), 12, 16)
+        m = (int(tk2p.max()) + 1 if tk2p.numel() else 0) + d.pick([0, 5])
+        live = tk2p.reshape(-1) >= 0
+        p2tk = torch.full((m,), -1, dtype=I32)
+        p2tk[tk2p.reshape(-1)[live].long()] = torch.arange(t * k, dtype=I32)[live]
+        p2tk, tk2p = p2tk.to(d.device), tk2p.to(d.device)
+    x = d.randn((m, 2 * h), FP32, 100.0).to(E4M3)
+    x_sf = d.randn((m, 2 * h // p), FP32, 0.01).abs()
+    grad_out, weight = d.randn((m, h), BF16), d.randn((t, k), FP32).abs()
+    clamp, out_dt = d.pick([None, 0.5, 10.0]), d.pick([None, FP32, BF16])
+    dt = FP32 if out_dt is None else out_dt
+    c = Call(
+        {
+            "x": x,
+            "x_sf": x_sf,
+            "grad_out": grad_out,
+            "weight": weight,
+            "pos_to_token_topk": p2tk,
+            "token_topk_to_pos": tk2p,
+            "swiglu_clamp_value": clamp,
+            "out_dtype": out_dt,
+        },
+        [((m, h), dt), ((m, 2 * h), dt), ((t, k), FP32)],
+        m * h > 0,
+        bad={"swiglu_clamp_value": [-1.0, math.nan, math.inf, "7", True]},
+    )
+    names = ("out[0] (out)", "out[1] (x_grad)", "out[2] (weight_grad)")
+    d.outs(c, [(n, shape, dtype) for n, (shape, dtype) in zip(names, c.returns, strict=True)])
+    c.slot(("x",), "x", (E4M3,), (0, 1))
+    c.slot(("x_sf",), "x_sf", (FP32,), (0,))
+    c.slot(("grad_out",), "grad_out", (BF16,), (0, 1))
+    c.slot(("weight",), "weight", (FP32,), (0, 1))
+    c.slot(("pos_to_token_topk",), "pos_to_token_topk", (I32,), (0,))
+    c.slot(("token_topk_to_pos",), "token_topk_to_pos", (I32,), (0, 1))
+
+    def check(result: Any) -> None:  # out, x_grad bit-exact (tests/test_gpu_swiglu_backward.py)
+        want = _ref("act.swiglu_backward")(x, x_sf, grad_out, weight, p2tk, tk2p, clamp, dt)
+        _same_bits(result[:2], want[:2])
+        _close(result[2], want[2], rtol=1e-4, atol=1e-4)
+
+    c.check = check
+    return c
+
+
 # ---------------------------------------------------------------- casts
 def per_token_cast_fp8(d: Draw) -> Call:
     return _per_token_cast_fp8(d, ["g128", "none", "n"])
@@ -1342,6 +1400,7 @@ BUILDERS = {
         expand_to_fused,
         expand_to_fused_with_sf,
         moe_reduce,
+        swiglu_backward,
         engram_gate,
         engram_gate_backward,
     )

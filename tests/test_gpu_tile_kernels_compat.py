@@ -165,6 +165,73 @@ def test_swiglu_forward_and_per_token_cast(m, weighted, clamp, round_sf):
     _same(sf, sf_tk, "sf")
 
 
+@pytest.mark.parametrize("clamp", [None, 10.0, 0.5])
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("m", TOKENS)
+def test_torch_swiglu_forward(m, dtype, clamp):
+    """tile_kernels.torch.swiglu_forward, weighted rows (every fifth padding) and the clamp
+    counts: the float32 bytes and counts of TileKernels' reference."""
+    x = _x(m, 2 * 2048, dtype, seed=m)
+    g = torch.Generator(device="cuda").manual_seed(m)
+    w = torch.rand(-(-m // 4), 4, device="cuda", generator=g)
+    ptt = torch.randperm(w.numel(), device="cuda", generator=g)[:m].int()
+    ptt[::5] = -1
+    counts = [torch.zeros(3, dtype=torch.int64, device="cuda") for _ in range(2)]
+    _poison()
+    got = _compat().torch.swiglu_forward(x, ptt, w, clamp, counts[0])
+    want = _tk("swiglu").swiglu_forward(x, ptt, w, clamp, counts[1])
+    _same(got, want, m)
+    _same(counts[0], counts[1], "clamped_count")
+    _same(_compat().torch.swiglu_forward(x), _tk("swiglu").swiglu_forward(x), m)
+
+
+def _fused_backward_inputs(m: int, p: int):
+    """TileKernels' test data: bf16 rows expanded into a fused mapping (padding rows zero),
+    cast to e4m3 per p columns; bf16 gradients, rand weights."""
+    from _fused_mapping import fused_mapping
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    idx = torch.randint(-1, 64, (m, 8), device="cuda", generator=g)
+    _, tk2p = fused_mapping(idx, 64, p)
+    tk2p = tk2p.cuda()
+    rows = int(tk2p.max()) + 1 if tk2p.numel() else 1
+    p2tk = torch.full((rows,), -1, dtype=torch.int32, device="cuda")
+    live = tk2p.view(-1) >= 0
+    p2tk[tk2p.view(-1)[live].long()] = torch.arange(m * 8, device="cuda").int()[live]
+    x = _x(rows, 2 * 2048, seed=m)
+    x[p2tk < 0] = 0
+    x = _tk("cast").cast(x, "e4m3", (1, p))
+    grad_out = _x(rows, 2048, seed=m + 1)
+    return x, grad_out, torch.rand(m, 8, device="cuda", generator=g), p2tk, tk2p
+
+
+@pytest.mark.parametrize("clamp", [None, 10.0, 0.5])
+@pytest.mark.parametrize("p", [32, 128])
+@pytest.mark.parametrize("m", TOKENS)
+def test_swiglu_backward_and_per_token_cast(m, p, clamp):
+    """torch.swiglu_backward and quant.swiglu_backward_and_per_token_cast, as TileKernels'
+    test checks its fused kernel: out, x_grad (bf16 of the reference's) and the e4m3 cast of
+    the reference's x_grad bit-exact, weight_grad within 1e-4."""
+    x, grad_out, w, p2tk, tk2p = _fused_backward_inputs(m, p)
+    want = _tk("swiglu").swiglu_backward(x, grad_out, w, p2tk, tk2p, p, clamp)
+    _poison()
+    got = _compat().torch.swiglu_backward(x, grad_out, w, p2tk, tk2p, p, clamp)
+    _same(got[0], want[0], "out")
+    _same(got[1], want[1], "x_grad")
+    torch.testing.assert_close(got[2], want[2], atol=1e-4, rtol=1e-4)
+    for round_sf in (False, True):
+        _poison()
+        fused = _compat().quant.swiglu_backward_and_per_token_cast(
+            x, grad_out, w, p2tk, tk2p, p, round_sf, clamp
+        )
+        q, sf = _tk("cast").cast(want[1], "e4m3", (1, p), round_sf=round_sf)
+        _same(fused[0], want[0].to(BF16), "out")
+        _same(fused[1][0], q, "x_grad_fp8")
+        _same(fused[1][1], sf, "x_grad_fp8_sf")
+        _same(fused[2], want[1].to(BF16), "x_grad")
+        torch.testing.assert_close(fused[3], want[2], atol=1e-4, rtol=1e-4)
+
+
 # (T, E, num_groups, num_topk_groups, k, shared, ep, tp): DeepSeek-V3's router and splits
 ROUTERS = [
     (4001, 256, 8, 4, 8, 0, 1, 1),

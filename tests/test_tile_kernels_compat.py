@@ -33,6 +33,7 @@ F8, F32, BF16, I32 = torch.float8_e4m3fn, torch.float32, torch.bfloat16, torch.i
 # Our compat modules, by their path below `tileaot.tile_kernels` (= TileKernels' below
 # `tile_kernels`).
 MODULES = ("quant", "moe", "transpose", "engram", "modeling.mhc.ops", "modeling.engram")
+MODULES += ("torch", "torch.swiglu")
 
 
 def _ours(path: str):
@@ -114,6 +115,22 @@ PTT = torch.tensor([0, 3, -1, 5, 2, 7, 1, 4], dtype=I32)
 TOPK_W = t(4, 2, dtype=F32)
 ROW_W = torch.where(PTT >= 0, TOPK_W.view(-1)[PTT.long().clamp(min=0)], 0.0)
 LOGITS, BIAS = t(8, 64, dtype=F32), t(64, dtype=F32)
+BWD = (
+    Q8,
+    S_G128,
+    t(8, 128),
+    TOPK_W,
+    PTT,
+    torch.tensor([[0, 6], [4, 1], [7, 3], [-1, 5]], dtype=I32),
+)
+
+
+def _unnest(result):
+    """swiglu_backward_and_per_token_cast's (out, (q, sf), x_grad, weight_grad), flat."""
+    out, (q, sf), x_grad, weight_grad = result
+    return out, q, sf, x_grad, weight_grad
+
+
 Y, POS = t(16, 256), torch.randint(-1, 16, (8, 2), dtype=I32)
 OUT32 = t(8, 256, dtype=F32)
 SINK = t(3, 4, 4, dtype=F32)
@@ -244,6 +261,34 @@ CASES = [
         ),
         lambda: tileaot.swiglu_per_token_cast_fp8(GATE, ROW_W, round_sf=True),
         [(F8, (8, 256)), (F32, (8, 2))],
+    ),
+    (
+        "torch.swiglu_forward",
+        lambda: compat.torch.swiglu_forward(X),
+        lambda: tileaot.swiglu(X.float()),
+        [(F32, (8, 128))],
+    ),
+    (
+        "torch.swiglu_forward-weighted-clamped",
+        lambda: compat.torch.swiglu.swiglu_forward(X32, PTT, TOPK_W, 0.5),
+        lambda: tileaot.swiglu(
+            torch.cat([X32[:, :128].clamp(max=0.5), X32[:, 128:].clamp(-0.5, 0.5)], 1)
+        ),
+        [(F32, (8, 128))],
+    ),
+    (
+        "torch.swiglu_backward",
+        lambda: compat.torch.swiglu_backward((Q8, S_G128), *BWD[2:], 128, 10.0),
+        lambda: tileaot.swiglu_backward(*BWD, 10.0),
+        [(F32, (8, 128)), (F32, (8, 256)), (F32, (4, 2))],
+    ),
+    (
+        "swiglu_backward_and_per_token_cast",
+        lambda: _unnest(
+            quant.swiglu_backward_and_per_token_cast((Q8, S_G128), *BWD[2:], 128, True)
+        ),
+        lambda: tileaot.per_token_cast_fp8(tileaot.swiglu_backward(*BWD)[1], 128, round_sf=True),
+        [(BF16, (8, 128)), (F8, (8, 256)), (F32, (8, 2)), (BF16, (8, 256)), (F32, (4, 2))],
     ),
     (
         "top2_sum_gate",
@@ -471,6 +516,8 @@ def test_e2m1_cast_back_refuses_scales_that_are_no_power_of_two(fake, cpu_as_cud
 
 
 def _stand_ins() -> dict:
+    from kernels_py.act import swiglu as sw
+    from kernels_py.act import swiglu_backward as swb
     from kernels_py.act import swiglu_per_token_cast_fp8 as swq
     from kernels_py.engram import engram_gate as eg
     from kernels_py.engram import engram_hash as eh
@@ -519,6 +566,8 @@ def _stand_ins() -> dict:
         "cast_back": cast_back,
         "cast_back_e5m6": lambda q, scale, *, out_dtype=None: cbe.reference(q, scale, out_dtype),
         "swiglu_per_token_cast_fp8": swq.reference,
+        "swiglu": _no_out(sw.reference),
+        "swiglu_backward": lambda *args, out_dtype=None: swb.reference(*args, out_dtype=out_dtype),
         "top2_sum_gate": lambda *args: t2.reference(*args[:10]),  # scoring_func: sigmoid only
         "topk_gate": tg.reference,
         "moe_reduce": moe_reduce,
@@ -574,8 +623,12 @@ def references(monkeypatch):
     for name, fn in _stand_ins().items():
         monkeypatch.setattr(tileaot, name, fn)
     rf = tk("reduce_fused")  # its CPU compile is no FMA: test_parity_moe.py says why
+    fma_f32 = importlib.import_module("kernels_py.moe.moe_reduce").fma_f32
+    monkeypatch.setattr(rf, "elementwise_fma", fma_f32)
+    # swiglu_backward's too: a scalar c (on CUDA its compile is one fma, as TileKernels' fused
+    # kernel, which its test compares with it exactly)
     monkeypatch.setattr(
-        rf, "elementwise_fma", importlib.import_module("kernels_py.moe.moe_reduce").fma_f32
+        tk("swiglu"), "elementwise_fma", lambda a, b, c: fma_f32(a, b, torch.full_like(a, c))
     )
 
 
@@ -726,6 +779,19 @@ def _tk_cases():
             ),
         ),
         (
+            "torch.swiglu_forward",
+            lambda: compat.torch.swiglu_forward(gate),
+            lambda: tk("swiglu").swiglu_forward(gate),
+        ),
+        (
+            "torch.swiglu_forward-weighted-clamped-counted",
+            lambda: (
+                compat.torch.swiglu_forward(gate, ptt, w, 0.5, c := torch.zeros(3).long()),
+                c,
+            ),
+            lambda: (tk("swiglu").swiglu_forward(gate, ptt, w, 0.5, d := torch.zeros(3).long()), d),
+        ),
+        (
             "top2_sum_gate-indices",
             lambda: moe.top2_sum_gate(*router)[0],
             lambda: topk.top2_sum_gate(*router)[0],
@@ -816,7 +882,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 53  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 55  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -886,6 +952,37 @@ def test_within_tilekernels_bounds(references):
     x = torch.randn(7, 8, 8, generator=g)
     ref = tk("mhc").sinkhorn_normalize_ref
     torch.testing.assert_close(ops.sinkhorn_normalize(x, 20), ref(x, 20))
+
+
+def test_swiglu_backward_within_tilekernels_bounds(references):
+    """torch.swiglu_backward and quant.swiglu_backward_and_per_token_cast against TileKernels'
+    reference on its test's kind of data (its own e4m3 cast of the expanded rows, a fused
+    mapping with padding rows): out, x_grad and the cast bit-exact (its test's assert_equal),
+    weight_grad within atol = rtol = 1e-4 (its test's)."""
+    from _fused_mapping import fused_mapping
+
+    g = torch.Generator().manual_seed(12)
+    _, tk2p = fused_mapping(torch.randint(-1, 16, (40, 4), generator=g), 16, 16)
+    rows = int(tk2p.max()) + 6
+    p2tk = torch.full((rows,), -1, dtype=I32)
+    live = tk2p.view(-1) >= 0
+    p2tk[tk2p.view(-1)[live].long()] = torch.arange(160, dtype=I32)[live]
+    go, w = _edgy(rows, 256, seed=13), torch.rand(40, 4, generator=g)
+    ref, cast = tk("swiglu").swiglu_backward, tk("cast").cast
+    for p, clamp in itertools.product((32, 128), (None, 10.0, 0.5)):
+        x = cast(_edgy(rows, 512, seed=p), "e4m3", (1, p))
+        ours = compat.torch.swiglu_backward(x, go, w, p2tk, tk2p, p, clamp)
+        want = ref(x, go, w, p2tk, tk2p, p, clamp)
+        assert torch.equal(ours[0], want[0]) and torch.equal(ours[1], want[1]), (p, clamp)
+        torch.testing.assert_close(ours[2], want[2], atol=1e-4, rtol=1e-4)
+        fused = quant.swiglu_backward_and_per_token_cast(x, go, w, p2tk, tk2p, p, True, clamp)
+        q, sf = cast(want[1], "e4m3", (1, p), round_sf=True)
+        assert torch.equal(fused[0], want[0].bfloat16()) and torch.equal(
+            fused[2], want[1].bfloat16()
+        )
+        assert torch.equal(fused[1][0].view(torch.uint8), q.view(torch.uint8)), (p, clamp)
+        assert torch.equal(fused[1][1], sf), (p, clamp)
+        torch.testing.assert_close(fused[3], want[2], atol=1e-4, rtol=1e-4)
 
 
 def test_mhc_mixes_within_tilekernels_bounds(references):
@@ -1025,6 +1122,21 @@ NOT_SERVED = [
         lambda: quant.per_token_cast_back((Q8, S_G128), "bf16", 16),
         "per_token_cast_back: num_per_channels=16",
         " (served: 32, 64, 128, hidden=256)",
+    ),
+    (
+        lambda: compat.torch.swiglu_backward((Q8, S_G128), *BWD[2:], 64),
+        "swiglu_backward: num_per_channels=64",
+        " (served: 32, 128)",
+    ),
+    (
+        lambda: compat.torch.swiglu_backward((Q8, S_G128), BWD[2].float(), *BWD[3:], 128),
+        "swiglu_backward: grad_out.dtype=torch.float32",
+        " (served: torch.bfloat16)",
+    ),
+    (
+        lambda: quant.swiglu_backward_and_per_token_cast((Q8, S_G128), *BWD[2:], 16),
+        "swiglu_backward_and_per_token_cast: num_per_channels=16",
+        " (served: 32, 128)",
     ),
     (
         lambda: quant.swiglu_forward_and_per_token_cast(GATE, "e4m3", 256),

@@ -184,6 +184,20 @@ CASES = [
         "expand_to_fused_with_sf",
         lambda: (fp8(3, 40), idx(3, 1, 9), idx(3, 1, 5), idx(5, 1, 2).view(5), True),
     ),
+    (
+        "swiglu_backward",
+        lambda: (
+            (fp8(6, 256), t(6, 2, dtype=F32), t(6, 128), t(4, 2, dtype=F32))
+            + (idx(6, 1, 8).view(6), idx(4, 2, 6))
+        ),
+    ),
+    (
+        "swiglu_backward",
+        lambda: (
+            (fp8(3, 64), t(3, 2, dtype=F32), t(3, 32), t(2, 3, dtype=F32))
+            + (idx(3, 1, 6).view(3), idx(2, 3, 3), 0.5, BF16)
+        ),
+    ),
     ("moe_reduce", lambda: (t(40, 64), idx(6, 2, 40))),
     ("moe_reduce", lambda: (t(40, 64, dtype=F32), idx(6, 2, 40), t(6, 2, dtype=F32), BF16)),
     ("engram_gate", lambda: engram(4, 64)),

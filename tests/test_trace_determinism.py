@@ -35,6 +35,7 @@ VARIANTS = (
     "top2_sum_gate_fp32_sigmoid_e160",
     "swiglu_bf16_h2048",
     "swiglu_per_token_cast_fp8_bf16_h2048",
+    "swiglu_backward_fp32_g128_any",
     "transpose_bf16_any",
     "sinkhorn_normalize_fp32_n4",
     "sinkhorn_normalize_backward_fp32_n4",

@@ -15,7 +15,12 @@ Served (module: functions -> tileaot op):
   ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`), ``per_channel_cast``
   (e4m3, 128 tokens a scale -> `per_channel_cast_fp8`), ``cast_back`` /
   ``per_token_cast_back`` (-> `cast_back`; ``x_special_fmt="e5m6"`` -> `cast_back_e5m6`),
-  ``swiglu_forward_and_per_token_cast`` (e4m3, 128 -> `swiglu_per_token_cast_fp8`).
+  ``swiglu_forward_and_per_token_cast`` (e4m3, 128 -> `swiglu_per_token_cast_fp8`),
+  ``swiglu_backward_and_per_token_cast`` (32 or 128 -> `swiglu_backward`, then
+  `per_token_cast_fp8` of its float32 x_grad).
+* ``torch`` (TileKernels' pure-torch references, served by kernels): ``swiglu_forward`` (->
+  `swiglu` on a float32 copy; the clamp, its counts and the row weights by torch),
+  ``swiglu_backward`` (-> `swiglu_backward`).
 * ``moe``: ``top2_sum_gate`` (sigmoid -> `top2_sum_gate`), ``topk_gate`` (-> `topk_gate`),
   ``reduce_fused`` (-> `moe_reduce`), ``topk_sum_and_topk_group_idx``, ``normalize_weight``,
   ``mask_indices_by_tp``, ``group_count``, ``aux_fi``, ``inplace_unique_group_indices``,
@@ -76,6 +81,6 @@ test's ``MODULES``; the test fails until it does). Give it a case in the test's 
 launch) and NOT_SERVED (each refused option).
 """
 
-from . import engram, modeling, moe, quant, transpose
+from . import engram, modeling, moe, quant, torch, transpose
 
-__all__ = ["engram", "modeling", "moe", "quant", "transpose"]
+__all__ = ["engram", "modeling", "moe", "quant", "torch", "transpose"]

@@ -23,6 +23,7 @@ __all__ = [
     "per_channel_cast",
     "per_token_cast",
     "per_token_cast_back",
+    "swiglu_backward_and_per_token_cast",
     "swiglu_forward_and_per_token_cast",
 ]
 
@@ -175,6 +176,34 @@ def swiglu_forward_and_per_token_cast(
     if pos_to_token_topk is not None:  # TileKernels ignores topk_weights without it
         weights = _row_weights(func, pos_to_token_topk, topk_weights)
     return tileaot.swiglu_per_token_cast_fp8(x, weights, swiglu_clamp_value, round_sf=round_sf)
+
+
+def swiglu_backward_and_per_token_cast(
+    x: QuantTensor,
+    grad_out: torch.Tensor,
+    weight: torch.Tensor,
+    pos_to_token_topk: torch.Tensor,
+    token_topk_to_pos: torch.Tensor,
+    num_per_channels: int,
+    round_sf: bool = False,
+    swiglu_clamp_value: float | None = None,
+) -> tuple[torch.Tensor, QuantTensor, torch.Tensor, torch.Tensor]:
+    """SwiGLU backward from e4m3 ``x = (data, sf)`` (``num_per_channels`` 32 or 128) with the
+    input gradient also cast to e4m3 per ``num_per_channels`` columns: ``(out, (x_grad_fp8,
+    x_grad_sf), x_grad, weight_grad)``, out and x_grad in grad_out's dtype (bf16), the scales
+    float32 row-major, as TileKernels returns them.
+
+    Two tileaot ops, not one fused kernel: `tileaot.swiglu_backward` (float32 out and x_grad,
+    TileKernels' reference bit for bit) and `tileaot.per_token_cast_fp8` of that float32 x_grad
+    (TileKernels' cast, bit for bit); out and x_grad are then rounded to bf16 by torch, which
+    is what TileKernels' kernel stores. weight_grad: a float32 sum (its test's 1e-4 bound)."""
+    from .torch.swiglu import backward
+
+    func = "swiglu_backward_and_per_token_cast"
+    args = (x, grad_out, weight, pos_to_token_topk, token_topk_to_pos, num_per_channels)
+    out, x_grad, weight_grad = backward(func, *args, swiglu_clamp_value)
+    cast = tileaot.per_token_cast_fp8(x_grad, num_per_channels, round_sf=round_sf)
+    return out.to(grad_out.dtype), cast, x_grad.to(grad_out.dtype), weight_grad
 
 
 def _plain_sf(func: str, use_tma_aligned_col_major_sf: bool, use_packed_ue8m0: bool) -> None:
