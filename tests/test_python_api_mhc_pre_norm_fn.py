@@ -1,7 +1,8 @@
-"""CPU tests of mhc_pre_norm_fn's Python layer: validation before any launch, the launch's
-arguments (mhc_fn viewed by stream, the norm weight multiplied first), empty inputs, `out=`,
-and the refusal of calls that would record a gradient. No GPU and no native module
-(tests/_fakes.py)."""
+"""CPU tests of mhc_pre_norm_fn's and mhc_pre_norm_fn_backward's Python layer: validation
+before any launch, the launches' arguments (mhc_fn viewed by stream, the norm weight
+multiplied first, the scratch), empty inputs, `out=`, and autograd through the backward op
+(the weight's gradient through torch's multiply, checked with the kernel's reference standing
+in for the backward launch). No GPU and no native module (tests/_fakes.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from _fakes import STREAM, cpu_as_cuda, fake, refusals_test, t  # noqa: E402, F4
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
 norm_fn = importlib.import_module("tileaot.mhc_pre_norm_fn").mhc_pre_norm_fn
+bwd_module = importlib.import_module("tileaot.mhc_pre_norm_fn_backward")
+norm_bwd = bwd_module.mhc_pre_norm_fn_backward
 F32 = torch.float32
 
 
@@ -67,13 +70,62 @@ BAD_CALLS = [  # (id, call, exception, message regex)
         r"out has",
     ),
     (
-        "grad",
-        lambda: norm_fn(t(3, 4, 64), fn().requires_grad_()),
+        "grad-out",
+        lambda: norm_fn(t(3, 4, 64), fn().requires_grad_(), out=t(3, 24, dtype=F32)),
         ValueError,
-        r"mhc_pre_norm_fn has no backward yet",
+        r"out= is not allowed when an input requires grad",
     ),
 ]
 test_bad_calls_are_refused_before_any_launch = refusals_test(BAD_CALLS)
+
+BAD_BACKWARD_CALLS = [
+    (
+        "lead",
+        lambda: norm_bwd(t(2, 3, 24, dtype=F32), t(3, 2, 4, 64), fn()),
+        ValueError,
+        r"out_grad has leading dims \(2, 3\); they must match residual's \(3, 2\)",
+    ),
+    (
+        "n",
+        lambda: norm_bwd(t(3, 23, dtype=F32), t(3, 4, 64), fn()),
+        ValueError,
+        r"mhc_fn",
+    ),
+    (
+        "n-33",
+        lambda: norm_bwd(t(3, 33, dtype=F32), t(3, 4, 64), fn(33)),
+        ValueError,
+        r"mhc_fn has N = 33 rows; mhc_pre_norm_fn_backward supports N <= 32",
+    ),
+    (
+        "fn-columns",
+        lambda: norm_bwd(t(3, 24, dtype=F32), t(3, 4, 64), fn(24, 255)),
+        ValueError,
+        r"mhc_fn has shape \(24, 255\)",
+    ),
+    ("bf16-grad", lambda: norm_bwd(t(3, 24), t(3, 4, 64), fn()), TypeError, r"out_grad"),
+    (
+        "eps",
+        lambda: norm_bwd(t(3, 24, dtype=F32), t(3, 4, 64), fn(), -1.0),
+        ValueError,
+        r"mhc_norm_eps",
+    ),
+    (
+        "no-values",
+        lambda: norm_bwd(t(3, 24, dtype=F32), t(3, 4, 0), fn(24, 0)),
+        ValueError,
+        r"R \* H = 0 values per token",
+    ),
+    (
+        "out-shape",
+        lambda: norm_bwd(
+            t(3, 24, dtype=F32), t(3, 4, 64), fn(), out=(t(3, 4, 64), t(24, 256, dtype=F32))
+        ),
+        ValueError,
+        r"mhc_fn_grad",
+    ),
+]
+test_bad_backward_calls_are_refused_before_any_launch = refusals_test(BAD_BACKWARD_CALLS)
 
 
 def test_launch_views_mhc_fn_by_stream(fake, cpu_as_cuda):
@@ -108,3 +160,70 @@ def test_empty_calls_launch_nothing(fake, cpu_as_cuda):
     assert norm_fn(t(2, 0, 4, 64), fn()).shape == (2, 0, 24)
     assert norm_fn(t(3, 4, 64), fn(0)).shape == (3, 0)
     assert not fake.launches
+
+
+def test_backward_launch_views_mhc_fn_by_stream(fake, cpu_as_cuda):
+    g, residual, f = t(2, 3, 24, dtype=F32), t(2, 3, 4, 64), fn()
+    x_grad, fn_grad = norm_bwd(g, residual, f, 1e-5)
+    assert (x_grad.shape, x_grad.dtype) == ((2, 3, 4, 64), torch.bfloat16)
+    assert (fn_grad.shape, fn_grad.dtype) == ((24, 256), F32)  # mhc_fn's own layout
+    (launch,) = fake.launches
+    assert fake.by_handle[launch.handle] == ("mhc_pre_norm_fn_backward", "bf16")
+    tensors = (g, residual, f, x_grad, fn_grad)
+    assert launch.ptrs[:5] == tuple(v.data_ptr() for v in tensors)
+    # out_grad, residual, mhc_fn, residual_grad, mhc_fn_grad, stats [M, N + 1], partial [P, ...]
+    assert launch.shapes == (6, 24, 6, 4, 64, 24, 4, 64, 6, 4, 64, 24, 4, 64, 6, 25, 1, 24, 4, 64)
+    assert launch.scalars == pytest.approx((1e-5,))
+    # stats (rounded up to 16 bytes), then one partial sum per chunk of 1024 tokens
+    dims = {"M": 2049, "N": 24, "R": 4, "H": 64, "P": 3}
+    assert bwd_module.SCHEMA.workspace_size(dims) == 204912 + 3 * 24 * 256 * 4
+
+
+def test_backward_out_and_empty_calls(fake, cpu_as_cuda):
+    outs = (t(3, 4, 64), t(24, 4, 64, dtype=F32))
+    got = norm_bwd(t(3, 24, dtype=F32), t(3, 4, 64), fn().view(24, 4, 64), out=outs)
+    assert got[0] is outs[0] and got[1] is outs[1]
+    fake.launches.clear()
+    x_grad, fn_grad = norm_bwd(t(0, 24, dtype=F32), t(0, 4, 64), torch.ones(24, 256))
+    assert x_grad.shape == (0, 4, 64) and torch.equal(fn_grad, torch.zeros(24, 256))
+    x_grad, fn_grad = norm_bwd(t(3, 0, dtype=F32), torch.ones(3, 4, 64).bfloat16(), fn(0))
+    assert torch.equal(x_grad, torch.zeros(3, 4, 64, dtype=torch.bfloat16))
+    assert fn_grad.shape == (0, 256)
+    assert not fake.launches
+
+
+def test_autograd_launches_the_backward_with_the_saved_inputs(fake, cpu_as_cuda):
+    residual, f = t(5, 4, 64).requires_grad_(), fn().requires_grad_()
+    y = norm_fn(residual, f, None, 1e-5)
+    assert y.shape == (5, 24) and y.grad_fn is not None
+    y.sum().backward()  # an expanded (stride-0) gradient: made contiguous
+    fwd, bwd = fake.launches
+    assert fake.by_handle[bwd.handle] == ("mhc_pre_norm_fn_backward", "bf16")
+    assert bwd.ptrs[1:3] == (residual.data_ptr(), f.data_ptr())
+    assert bwd.ptrs[3] == residual.grad.data_ptr() and bwd.scalars == fwd.scalars
+    assert residual.grad.shape == (5, 4, 64) and f.grad.shape == (24, 256)
+
+
+def test_autograd_gradients_of_all_three(fake, cpu_as_cuda, monkeypatch):
+    """The chain around the backward op (the [N, R * H] view, the weight's multiply), with the
+    kernel's reference standing in for the backward launch: autograd through TileKernels'
+    reference gives the same gradients."""
+    from _tile_kernels import tk
+
+    from kernels_py.mhc import mhc_pre_norm_fn_backward as ref_bwd
+
+    monkeypatch.setattr(bwd_module, "mhc_pre_norm_fn_backward", ref_bwd.reference)
+    grad_functions = importlib.import_module("tileaot._grad")._FUNCTIONS
+    monkeypatch.delitem(grad_functions, "mhc_pre_norm_fn", raising=False)  # built anew
+    g = torch.Generator().manual_seed(5)
+    residual = torch.randn(7, 4, 64, generator=g).bfloat16()
+    f = torch.randn(24, 256, generator=g) * 1e-2
+    w = torch.randn(256, generator=g) * 0.1 + 1.0
+    grad = torch.randn(7, 24, generator=g)
+    leaves = [v.clone().requires_grad_() for v in (residual, f, w)]
+    norm_fn(*leaves, 1e-6).backward(grad)
+    want = [v.clone().requires_grad_() for v in (residual, f, w)]
+    tk("mhc").mhc_pre_norm_fn_ref(want[0].unsqueeze(0), *want[1:], 1e-6)[0].backward(grad)
+    torch.testing.assert_close(leaves[0].grad.float(), want[0].grad.float(), rtol=2**-7, atol=1e-5)
+    for a, b in zip(leaves[1:], want[1:], strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)

@@ -43,6 +43,7 @@ from .mhc_post_backward import mhc_post_backward
 from .mhc_pre_apply_mix import mhc_pre_apply_mix
 from .mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from .mhc_pre_norm_fn import mhc_pre_norm_fn
+from .mhc_pre_norm_fn_backward import mhc_pre_norm_fn_backward
 from .mhc_pre_split_mixes import mhc_pre_split_mixes
 from .mhc_pre_split_mixes_backward import mhc_pre_split_mixes_backward
 from .moe_expand import MoeExpandResult, moe_expand
@@ -94,6 +95,7 @@ __all__ = [
     "mhc_pre_apply_mix",
     "mhc_pre_apply_mix_backward",
     "mhc_pre_norm_fn",
+    "mhc_pre_norm_fn_backward",
     "mhc_pre_split_mixes",
     "mhc_pre_split_mixes_backward",
     "moe_expand",

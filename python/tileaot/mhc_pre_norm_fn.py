@@ -1,11 +1,12 @@
 """mHC pre-norm projection of the residual streams into the layer's mixes (op
-"mhc_pre_norm_fn"), forward only."""
+"mhc_pre_norm_fn"); its gradient is mhc_pre_norm_fn_backward."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _arrays, _lib, _validate
+from . import _arrays, _grad, _lib, _validate
+from ._mhc_args import fn_by_stream, fn_by_stream_checked, norm_fn_dims
 from ._schema import OpSchema
 
 if TYPE_CHECKING:
@@ -17,11 +18,11 @@ SCHEMA = OpSchema(
     "residual[*M, R, H]: bf16, mhc_fn[N, R, H]: fp32 -> out[*M, N]: fp32; mhc_norm_eps: float32",
     key="bf16",
     example={"M": 32768, "R": 4, "H": 7168, "N": 24},
+    backward="mhc_pre_norm_fn_backward",
 )
 _WRITES = SCHEMA.writes  # the short path's output bits, a module constant on the hot path
 _FAST_KEY = (_OP, "bf16")  # `_lib.fast`: tensors (residual, mhc_fn as [N, R, H], out), 3-D residual
 _INF = float("inf")
-MAX_N = 32  # the kernel unrolls its mixes to 32 (as TileKernels' kernel pads them)
 
 
 def mhc_pre_norm_fn(
@@ -44,8 +45,10 @@ def mhc_pre_norm_fn(
     same arguments). Float32 sums; within TileKernels' test bound (``atol = rtol = 1e-3``) of
     its reference (its kernel rounds ``fn`` to TF32, ours does not).
 
-    Not differentiable yet (there is no backward op): a call that would record a gradient
-    raises ValueError.
+    Differentiable in `residual`, `mhc_fn` and `mhc_norm_weight`: the backward is
+    :func:`tileaot.mhc_pre_norm_fn_backward` (residual and ``fn`` are saved; the weight's
+    gradient comes through torch's multiply). Double backward is not supported. `out` only
+    outside autograd.
 
     Args:
         residual: CUDA tensor ``[..., R, H]``, ``torch.bfloat16`` (the residual streams),
@@ -72,7 +75,7 @@ def mhc_pre_norm_fn(
             square); `mhc_norm_weight` is not
             ``[R * H]``; a tensor is not on a CUDA device (the same one), not contiguous or not
             16-byte aligned; a size reaches 2**31; `out` has the wrong shape or overlaps an
-            input; `mhc_norm_eps` < 0; an input requires grad while grad mode is on.
+            input (or is given while an input requires grad); `mhc_norm_eps` < 0.
         ImportError: the native module is not built (a source checkout).
         tileaot.VariantMissError: this wheel has no variant for the shape or GPU.
         tileaot.DriverError: the CUDA driver is missing or a driver call failed.
@@ -96,7 +99,7 @@ def mhc_pre_norm_fn(
         and residual.dim() == 3
         and not (residual.requires_grad or mhc_fn.requires_grad)
     ):
-        fn = _by_stream(mhc_fn, residual)
+        fn = fn_by_stream(mhc_fn, residual)
         if fn is not None:
             y = residual.new_empty((residual.shape[0], fn.shape[0]), dtype=fn.dtype)
             y = y if out is None else out
@@ -109,22 +112,18 @@ def mhc_pre_norm_fn(
         any(getattr(t, "requires_grad", False) for t in inputs)
         and _arrays.namespace(residual).is_grad_enabled()
     ):
-        raise ValueError(
-            "mhc_pre_norm_fn has no backward yet: call it under torch.no_grad(), or pass "
-            "detached residual, mhc_fn and mhc_norm_weight"
-        )
+        if out is not None:
+            raise ValueError(
+                "out= is not allowed when an input requires grad (the result would not be "
+                "differentiable): pass out=None, or call under torch.no_grad()"
+            )
+        eps = _validate.nonneg_float("mhc_norm_eps", mhc_norm_eps)
+        fn = _checked_fn(mhc_fn, residual, mhc_norm_weight)  # torch ops: autograd sees them
+        return _grad.function(SCHEMA, _autograd_forward, 2).apply(residual, fn, eps)
     fn = _checked_fn(mhc_fn, residual, mhc_norm_weight)
     named = {"residual": residual, "mhc_fn": fn}
     bound = SCHEMA.bind(named)
-    if bound.dims["N"] > MAX_N:
-        raise ValueError(
-            f"mhc_fn has N = {bound.dims['N']} rows; mhc_pre_norm_fn supports N <= {MAX_N}"
-        )
-    if bound.dims["R"] * bound.dims["H"] == 0:  # a mean of no squares (TileKernels: an error)
-        raise ValueError(
-            f"residual has shape {tuple(residual.shape)}: R * H = 0 values per token have no "
-            "mean square; pass R, H >= 1"
-        )
+    norm_fn_dims(_OP, bound.dims, residual)
     if type(mhc_norm_eps) is not float or not 0.0 <= mhc_norm_eps < _INF:
         mhc_norm_eps = _validate.nonneg_float("mhc_norm_eps", mhc_norm_eps)
     (y,) = SCHEMA.outputs(_arrays.namespace(residual), residual, bound, out, named)
@@ -136,19 +135,8 @@ def mhc_pre_norm_fn(
     return y
 
 
-def _by_stream(mhc_fn: Any, residual: Any) -> Any:
-    """`mhc_fn` as ``[N, R, H]`` for `residual`'s last two dims, or None where it is not
-    ``[N, R * H]`` or ``[N, R, H]`` of them (a view: no copy)."""
-    r, h = residual.shape[-2:]
-    if mhc_fn.dim() == 3 and tuple(mhc_fn.shape[1:]) == (r, h):
-        return mhc_fn
-    if mhc_fn.dim() == 2 and mhc_fn.shape[1] == r * h and mhc_fn.is_contiguous():
-        if not isinstance(mhc_fn, _arrays.Tensor):  # an `Array` view has no reshape
-            raise TypeError(
-                "mhc_fn from another framework must be [N, R, H]: reshape it before the call"
-            )
-        return mhc_fn.view(mhc_fn.shape[0], r, h)
-    return None
+def _autograd_forward(residual: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
+    return mhc_pre_norm_fn(residual, fn, None, eps)  # autograd records nothing in here
 
 
 def _checked_fn(mhc_fn: Any, residual: Any, weight: Any) -> Any:
@@ -178,13 +166,7 @@ def _checked_fn(mhc_fn: Any, residual: Any, weight: Any) -> Any:
                 f"{weight.dtype} on {weight.device}"
             )
         mhc_fn = (mhc_fn.reshape(mhc_fn.shape[0], -1) * weight).view(mhc_fn.shape)
-    fn = _by_stream(mhc_fn, residual)
-    if fn is None:
-        raise ValueError(
-            f"mhc_fn has shape {tuple(mhc_fn.shape)}; it must be [N, R * H] = [N, {r * h}] or "
-            f"[N, {r}, {h}] for residual shape {tuple(residual.shape)} (contiguous)"
-        )
-    return fn
+    return fn_by_stream_checked(mhc_fn, residual)
 
 
 example_shapes = SCHEMA.example_shapes

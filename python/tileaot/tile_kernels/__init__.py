@@ -29,7 +29,8 @@ Served (module: functions -> tileaot op):
 * ``transpose``: ``transpose``, ``batched_transpose`` (-> `transpose`).
 * ``modeling.mhc.ops``: ``sinkhorn_normalize``, ``expand_to_mhc``, ``mhc_pre_apply_mix``,
   ``mhc_post`` (-> the ops of the same names, differentiable).
-* ``modeling.mhc.ops``: ``mhc_pre_norm_fn`` (-> `mhc_pre_norm_fn`, forward only).
+* ``modeling.mhc.ops``: ``mhc_pre_norm_fn`` (-> `mhc_pre_norm_fn`, differentiable through
+  `mhc_pre_norm_fn_backward`).
 * ``modeling.mhc.ops``: ``mhc_pre_split_mixes``, ``mhc_head_compute_mix`` (-> the ops of the
   same names, differentiable).
 * ``engram``: ``engram_hash`` (-> `engram_hash`).

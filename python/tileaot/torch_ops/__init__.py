@@ -31,11 +31,11 @@ tileaot calls (errors surface when the compiled code runs, not while it is trace
 GPU; sizes may be symbolic, since no op has a data-dependent output size (``moe_expand``
 allocates its upper bound of rows, ``T*K + E*(alignment-1)``, and reports the rows used in
 ``expert_offsets[-1]`` on the GPU). ``sinkhorn_normalize``, ``expand_to_mhc``,
-``mhc_pre_apply_mix``, ``mhc_post`` and ``engram_gate`` are differentiable (their backward
-ops are custom ops too, so the backward compiles as well; the gate of ``engram_gate`` gets no
-gradient); no other op has a backward.
-The ``*_backward`` ops make ``grad_out`` contiguous and 16-byte aligned (copying it only if it
-is not), since autograd hands over gradients in whatever layout it has.
+``mhc_pre_apply_mix``, ``mhc_post``, ``mhc_pre_norm_fn`` and ``engram_gate`` are
+differentiable (their backward ops are custom ops too, so the backward compiles as well; the
+gate of ``engram_gate`` gets no gradient); no other op has a backward.
+The ``*_backward`` ops make ``grad_out`` (``out_grad``) contiguous and 16-byte aligned (copying
+it only if it is not), since autograd hands over gradients in whatever layout it has.
 
 Eager code should keep calling ``tileaot.<op>``: ``torch.ops.tileaot.<op>`` adds torch's
 dispatcher (~11 us of host time per call, measured on a CPU test machine) to the wrapper's

@@ -16,6 +16,7 @@ import torch
 from ..expand_to_mhc import SCHEMA as _EXPAND
 from ..mhc_post import SCHEMA as _POST
 from ..mhc_pre_apply_mix import SCHEMA as _PRE_APPLY_MIX
+from ..mhc_pre_norm_fn import SCHEMA as _PRE_NORM_FN
 from ..sinkhorn_normalize import SCHEMA as _SINKHORN
 
 
@@ -29,6 +30,9 @@ def register_autograd(defs: dict[str, Any]) -> None:
         _mhc_pre_apply_mix_backward, setup_context=_save_inputs
     )
     defs["mhc_post"].register_autograd(_mhc_post_backward, setup_context=_save_inputs)
+    defs["mhc_pre_norm_fn"].register_autograd(
+        _mhc_pre_norm_fn_backward, setup_context=_mhc_pre_norm_fn_setup
+    )
 
 
 def _sinkhorn_normalize_setup(ctx: Any, inputs: tuple, output: Any) -> None:
@@ -62,6 +66,25 @@ def _mhc_pre_apply_mix_backward(ctx: Any, grad: torch.Tensor) -> tuple:
 def _mhc_post_backward(ctx: Any, grad: torch.Tensor) -> tuple:
     grads = getattr(torch.ops.tileaot, _POST.backward)(grad, *ctx.saved_tensors)
     return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad, strict=True))
+
+
+def _mhc_pre_norm_fn_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    residual, mhc_fn, weight, ctx.eps = inputs
+    ctx.save_for_backward(residual, mhc_fn, weight)  # the backward recomputes the dots
+
+
+def _mhc_pre_norm_fn_backward(ctx: Any, grad: torch.Tensor) -> tuple:
+    residual, mhc_fn, weight = ctx.saved_tensors
+    n = mhc_fn.shape[0]
+    fn = mhc_fn if weight is None else (mhc_fn.reshape(n, -1) * weight).view(mhc_fn.shape)
+    backward = getattr(torch.ops.tileaot, _PRE_NORM_FN.backward)
+    grad_x, grad_fn = backward(grad, residual, fn, ctx.eps)
+    grad_w = None
+    if weight is not None:  # fn = mhc_fn * weight, column by column
+        grad_w = (grad_fn.reshape(n, -1) * mhc_fn.reshape(n, -1)).sum(0)
+        grad_fn = (grad_fn.reshape(n, -1) * weight).view(mhc_fn.shape)
+    need = ctx.needs_input_grad
+    return (grad_x if need[0] else None), (grad_fn if need[1] else None), grad_w, None
 
 
 def _engram_gate_setup(ctx: Any, inputs: tuple, output: tuple) -> None:

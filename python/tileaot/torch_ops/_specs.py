@@ -40,6 +40,7 @@ from ..mhc_post_backward import mhc_post_backward
 from ..mhc_pre_apply_mix import mhc_pre_apply_mix
 from ..mhc_pre_apply_mix_backward import mhc_pre_apply_mix_backward
 from ..mhc_pre_norm_fn import mhc_pre_norm_fn
+from ..mhc_pre_norm_fn_backward import mhc_pre_norm_fn_backward
 from ..mhc_pre_split_mixes import mhc_pre_split_mixes
 from ..mhc_pre_split_mixes_backward import mhc_pre_split_mixes_backward
 from ..moe_expand import moe_expand
@@ -154,6 +155,16 @@ SPECS: tuple[OpSpec, ...] = (
         lambda residual, mhc_fn, *_: residual.new_empty(
             (*residual.shape[:-2], mhc_fn.shape[0]), dtype=torch.float32
         ),
+    ),
+    OpSpec(  # the gradients in the shapes of residual and mhc_fn (either layout)
+        mhc_pre_norm_fn_backward,
+        _schema_args(mhc_pre_norm_fn_backward, {}),
+        ("residual_grad", "mhc_fn_grad"),
+        lambda out_grad, residual, mhc_fn, *_: (
+            torch.empty_like(residual, memory_format=torch.contiguous_format),
+            torch.empty_like(mhc_fn, dtype=torch.float32, memory_format=torch.contiguous_format),
+        ),
+        dense=("out_grad",),
     ),
     _from_schema(moe_expand),
     _from_schema(expand_to_fused),

@@ -57,18 +57,12 @@ def mhc_pre_norm_fn(
     n_splits: int = 16,
 ) -> torch.Tensor:
     """The RMS-normalised mixes ``(x . fn[n]) * rsqrt(mean(x**2) + eps)`` of each token's
-    flattened streams, float32 ``[..., N]``: `tileaot.mhc_pre_norm_fn` (forward only).
-    `fuse_grad_acc` only shapes TileKernels' backward and `n_splits` its kernel does not use
-    (it runs one split): both are accepted and change nothing. A call that would record a
-    gradient raises NotImplementedError (no backward yet)."""
-    tensors = (residual, mhc_fn, mhc_norm_weight)
-    if torch.is_grad_enabled() and any(
-        isinstance(v, torch.Tensor) and v.requires_grad for v in tensors
-    ):
-        raise NotImplementedError(
-            "tileaot.tile_kernels.mhc_pre_norm_fn: the backward is not served yet (call it "
-            "under torch.no_grad(), or with inputs that do not require grad)"
-        )
+    flattened streams, float32 ``[..., N]``: `tileaot.mhc_pre_norm_fn` (differentiable in
+    `residual`, `mhc_fn` and `mhc_norm_weight`; the backward is
+    `tileaot.mhc_pre_norm_fn_backward`). `fuse_grad_acc` makes TileKernels' backward add
+    `residual`'s gradient into the one its mhc_post backward left on the storage; here
+    autograd adds the two gradients (the same sum), so it changes nothing, and neither does
+    `n_splits` (TileKernels' kernel runs one split)."""
     return tileaot.mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps)
 
 

@@ -1,0 +1,118 @@
+"""Gradients of mhc_pre_norm_fn (op "mhc_pre_norm_fn_backward")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _arrays, _validate
+from ._mhc_args import fn_by_stream_checked, norm_fn_dims, same_lead
+from ._schema import OpSchema
+
+if TYPE_CHECKING:
+    import torch
+
+_OP = "mhc_pre_norm_fn_backward"
+CHUNK = 1024  # tokens per partial sum of mhc_fn_grad (kernels_py/mhc/...backward.py)
+SCHEMA = OpSchema(
+    _OP,
+    "out_grad[*M, N]: fp32, residual[*M, R, H]: bf16, mhc_fn[N, R, H]: fp32"
+    " -> residual_grad[*M, R, H]: bf16, mhc_fn_grad[N, R, H]: fp32,"
+    " scratch stats[M, N + 1]: fp32, scratch partial[P, N, R, H]: fp32; mhc_norm_eps: float32",
+    key="bf16",
+    sizes={"P": f"(M + {CHUNK - 1}) // {CHUNK}"},
+    example={"M": 32768, "R": 4, "H": 7168, "N": 24},
+)
+
+
+def mhc_pre_norm_fn_backward(
+    out_grad: torch.Tensor,
+    residual: torch.Tensor,
+    mhc_fn: torch.Tensor,
+    mhc_norm_eps: float = 1e-6,
+    *,
+    out: tuple | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(residual_grad, mhc_fn_grad)`` of :func:`tileaot.mhc_pre_norm_fn` for the incoming
+    `out_grad` (the forward without a norm weight: pass ``mhc_fn * mhc_norm_weight``).
+
+    Per token, with ``x = residual[t]`` flattened to ``K = R * H`` values, ``d[n] = x .
+    mhc_fn[n]``, ``s = sum_k x[k]**2``, ``r = rsqrt(s / K + mhc_norm_eps)`` and ``g =
+    out_grad[t]``::
+
+        gd[n] = g[n] * r
+        gs    = -(sum_n g[n] * d[n]) * r / (s + mhc_norm_eps * K) / 2
+        residual_grad[t, k] = bf16(sum_n gd[n] * mhc_fn[n, k] + 2 * x[k] * gs)
+        mhc_fn_grad[n, k]   = sum over tokens of gd[n] * x[k]
+
+    in float32, every sum in a fixed order (mixes in order; tokens in chunks of 1024, in order
+    within a chunk and then across chunks; no atomics: the same result every run), within
+    float32 rounding of torch's autograd through TileKernels' reference
+    (``tile_kernels.torch.mhc.mhc_pre_norm_fn_ref`` of `tile-kernels` 1.0.0). TileKernels'
+    backward (``tile_kernels.modeling.mhc.ops.mhc_pre_norm_fn``) computes the same from the
+    forward's saved dot products, with ``gd`` and ``mhc_fn`` rounded to TF32.
+
+    Args:
+        out_grad: CUDA tensor ``[..., N]``, ``torch.float32`` (the forward output's gradient),
+            ``N <= 32``.
+        residual: the forward's ``[..., R, H]`` bf16 (`out_grad`'s leading dims), ``R * H >=
+            1``.
+        mhc_fn: the forward's ``[N, R * H]`` or ``[N, R, H]`` float32.
+        mhc_norm_eps: the forward's eps, a finite float >= 0.
+        out: optional ``(residual_grad, mhc_fn_grad)`` to write into instead of allocating:
+            `residual`'s shape (bf16) and ``[N, R, H]`` float32.
+
+    All tensors contiguous, 16-byte aligned, on one CUDA device, outputs overlapping nothing.
+
+    Returns:
+        ``(residual_grad, mhc_fn_grad)``: bf16 in `residual`'s shape, float32 in `mhc_fn`'s
+        (`out`'s tensors if given); with no tokens or no mixes, zeros and nothing launched.
+
+    Raises:
+        TypeError: a tensor argument is not a tensor or has the wrong dtype; `mhc_norm_eps` is
+            not a real number; `out` is not a 2-tuple.
+        ValueError: shapes that do not fit together (leading dims, N, ``[N, R * H]``); N > 32;
+            R or H is 0; `mhc_norm_eps` < 0; a tensor is not on a CUDA device (the same one),
+            not contiguous or not 16-byte aligned; a size reaches 2**31; an output has the
+            wrong shape or overlaps.
+        ImportError: the native module is not built (a source checkout).
+        tileaot.VariantMissError: this wheel has no variant for the shape or GPU.
+        tileaot.DriverError: the CUDA driver is missing or a driver call failed.
+
+    The kernels are enqueued on torch's current stream of `out_grad`'s device (as torch ops
+    are), with a scratch of per-token gradients and per-chunk sums (``N * R * H`` floats per
+    1024 tokens); the call returns without synchronising.
+    Arrays of other frameworks (CuPy, ... via DLPack; `mhc_fn` as ``[N, R, H]``) work too; see
+    `tileaot.use_stream`.
+
+    Example:
+        >>> import torch, tileaot
+        >>> residual = torch.randn(4096, 4, 7168, device="cuda").bfloat16()
+        >>> fn = torch.randn(24, 4 * 7168, device="cuda") * 1e-4
+        >>> g = torch.randn(4096, 24, device="cuda")
+        >>> residual_grad, fn_grad = tileaot.mhc_pre_norm_fn_backward(g, residual, fn, 1e-6)
+    """
+    if type(out_grad) is not _arrays.Tensor and _arrays.foreign(out_grad):
+        return _arrays.call(mhc_pre_norm_fn_backward, locals())
+    fn = mhc_fn
+    if hasattr(residual, "shape") and hasattr(mhc_fn, "shape") and residual.dim() >= 2:
+        fn = fn_by_stream_checked(mhc_fn, residual)
+    inputs = {"out_grad": out_grad, "residual": residual, "mhc_fn": fn}
+    bound = SCHEMA.bind(inputs)
+    same_lead("out_grad", out_grad, 1, "residual", residual, 2)
+    norm_fn_dims(_OP, bound.dims, residual)
+    eps = _validate.nonneg_float("mhc_norm_eps", mhc_norm_eps)
+    fw = _arrays.namespace(residual)
+    x_grad, fn_grad = SCHEMA.outputs(fw, residual, bound, out, inputs)
+    if bound.dims["M"] == 0 or bound.dims["N"] == 0:  # no mixes: a zero gradient
+        x_grad.zero_()
+        fn_grad.zero_()
+    else:
+        tensors = (out_grad, residual, fn, x_grad, fn_grad)
+        workspace = SCHEMA.workspace(fw, residual, bound.dims)
+        SCHEMA.launch("bf16", bound.device, (*tensors, workspace), (eps,), bound.dims)
+    if fn is not mhc_fn and out is None:
+        fn_grad = fn_grad.view(mhc_fn.shape)  # the caller's [N, R * H]
+    return x_grad, fn_grad
+
+
+example_shapes = SCHEMA.example_shapes
