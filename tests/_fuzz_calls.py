@@ -839,6 +839,29 @@ def mhc_pre_norm_fn(d: Draw) -> Call:
     return c
 
 
+def mhc_pre_norm_fn_backward(d: Draw) -> Call:
+    lead, r, h = d.lead(2), d.pick([1, 2, 4, 8]), d.size(70, lo=2)  # H = 1: [N, R] is [N, R, H]
+    n = d.pick([1, 7, 24, 32])
+    g, residual = d.randn((*lead, n), FP32), d.randn((*lead, r, h), BF16)
+    fn = d.randn((n, r * h), FP32, 1e-2)
+    args = {"out_grad": g, "residual": residual, "mhc_fn": fn, "mhc_norm_eps": 1e-6}
+    c = Call(args, [(residual.shape, BF16), (fn.shape, FP32)], g.numel() > 0)
+    c.bad = {"mhc_norm_eps": BAD_EPS}
+    d.outs(c, [("residual_grad", residual.shape, BF16), ("mhc_fn_grad", fn.shape, FP32)])
+    c.slot(("out_grad",), "out_grad", (FP32,), every(g.shape))  # every dim ties to another's
+    c.slot(("residual",), "residual", (BF16,), every(residual.shape))
+    # [N, R * H] or [N, R, H] are both valid: a dim added can make the other layout
+    c.slot(("mhc_fn",), "mhc_fn", (FP32,), (0, 1), fixed_rank=False)
+
+    def check(got: tuple) -> None:  # tests/test_gpu_mhc_pre_norm_fn.py's bounds
+        want = _ref("mhc.mhc_pre_norm_fn_backward")(g, residual, fn, 1e-6)
+        _close(got[0].float(), want[0].float(), rtol=2**-7, atol=1e-5)  # a bf16 ulp or two
+        _close_sums(got[1], want[1])
+
+    c.check = check
+    return c
+
+
 # ---------------------------------------------------------------- mixture of experts
 def topk_gate(d: Draw) -> Call:
     t, e = d.size(40), d.pick([1, 2, 7, 16, 64, 100, 256, 512])
@@ -1387,6 +1410,7 @@ BUILDERS = {
         mhc_pre_split_mixes_backward,
         mhc_head_compute_mix_backward,
         mhc_pre_norm_fn,
+        mhc_pre_norm_fn_backward,
         topk_gate,
         top2_sum_gate,
         topk_sum_and_topk_group_idx,

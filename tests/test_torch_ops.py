@@ -143,6 +143,11 @@ CASES = [
     ("mhc_pre_apply_mix_backward", lambda: (t(6, 64), t(6, 4, 64), t(6, 4, 1, dtype=F32))),
     ("mhc_pre_norm_fn", lambda: (t(6, 4, 64), t(24, 4 * 64, dtype=F32))),
     ("mhc_pre_norm_fn", lambda: (t(2, 3, 2, 8), t(5, 2, 8, dtype=F32), t(2 * 8, dtype=F32), 1e-5)),
+    ("mhc_pre_norm_fn_backward", lambda: (t(6, 24, dtype=F32), t(6, 4, 64), t(24, 256, dtype=F32))),
+    (
+        "mhc_pre_norm_fn_backward",
+        lambda: (t(2, 3, 5, dtype=F32), t(2, 3, 2, 8), t(5, 2, 8, dtype=F32), 1e-5),
+    ),
     (
         "mhc_pre_split_mixes",
         lambda: (t(6, 24, dtype=F32), t(3, dtype=F32), t(24, dtype=F32), 4, 2.0, 1e-6),
@@ -327,6 +332,21 @@ def test_expand_to_mhc_backward_goes_through_the_backward_op(fake, cpu_as_cuda):
     assert fwd.shapes == (6, 64, 6, 4, 64) and bwd.shapes == (6, 4, 64, 6, 64)
     assert pointer(bwd, "expand_to_mhc_backward", "grad_x") == hidden.grad.data_ptr()
     assert hidden.grad.shape == hidden.shape
+
+
+def test_mhc_pre_norm_fn_backward_goes_through_the_backward_op(fake, cpu_as_cuda):
+    """The saved inputs, the scalar, and the norm weight's multiply around the backward op
+    (its gradient in torch: mhc_fn_grad times mhc_fn, summed over the mixes)."""
+    residual, fn, w = t(6, 4, 64).requires_grad_(), t(24, 256, dtype=F32), t(256, dtype=F32)
+    fn.requires_grad_()
+    w.requires_grad_()
+    torch.ops.tileaot.mhc_pre_norm_fn(residual, fn, w, 1e-5).sum().backward()
+    fwd, bwd = fake.launches
+    assert fake.by_handle[bwd.handle] == ("mhc_pre_norm_fn_backward", "bf16")
+    assert bwd.scalars == fwd.scalars and bwd.ptrs[1] == residual.data_ptr()
+    assert bwd.ptrs[2] not in (fn.data_ptr(), w.data_ptr())  # fn * w, made again
+    assert residual.grad.shape == (6, 4, 64) and residual.grad.dtype == torch.bfloat16
+    assert fn.grad.shape == (24, 256) and w.grad.shape == (256,)
 
 
 def test_engram_gate_backward_skips_the_gate_and_unneeded_grads(fake, cpu_as_cuda):

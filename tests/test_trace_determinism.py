@@ -63,6 +63,7 @@ VARIANTS = (
     "mhc_post_backward_bf16_any",
     "per_channel_cast_fp8_bf16_any",
     "mhc_pre_norm_fn_bf16_any",
+    "mhc_pre_norm_fn_backward_bf16_any",
     "expand_to_fused_bf16_any",
     "per_token_cast_e5m6_bf16_any",
     "cast_back_e5m6_fp32_any",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _validate
 from ._mhc_args import fn_by_stream_checked, norm_fn_dims, same_lead
@@ -59,7 +59,7 @@ def mhc_pre_norm_fn_backward(
         mhc_fn: the forward's ``[N, R * H]`` or ``[N, R, H]`` float32.
         mhc_norm_eps: the forward's eps, a finite float >= 0.
         out: optional ``(residual_grad, mhc_fn_grad)`` to write into instead of allocating:
-            `residual`'s shape (bf16) and ``[N, R, H]`` float32.
+            `residual`'s shape (bf16) and `mhc_fn`'s (float32; ``[N, R, H]`` fits either).
 
     All tensors contiguous, 16-byte aligned, on one CUDA device, outputs overlapping nothing.
 
@@ -102,7 +102,10 @@ def mhc_pre_norm_fn_backward(
     norm_fn_dims(_OP, bound.dims, residual)
     eps = _validate.nonneg_float("mhc_norm_eps", mhc_norm_eps)
     fw = _arrays.namespace(residual)
-    x_grad, fn_grad = SCHEMA.outputs(fw, residual, bound, out, inputs)
+    given = out
+    if fn is not mhc_fn and _pair(out) and tuple(out[1].shape) == tuple(mhc_fn.shape):
+        given = (out[0], fn_by_stream_checked(out[1], residual))  # [N, R * H]: by stream
+    x_grad, fn_grad = SCHEMA.outputs(fw, residual, bound, given, inputs)
     if bound.dims["M"] == 0 or bound.dims["N"] == 0:  # no mixes: a zero gradient
         x_grad.zero_()
         fn_grad.zero_()
@@ -110,9 +113,21 @@ def mhc_pre_norm_fn_backward(
         tensors = (out_grad, residual, fn, x_grad, fn_grad)
         workspace = SCHEMA.workspace(fw, residual, bound.dims)
         SCHEMA.launch("bf16", bound.device, (*tensors, workspace), (eps,), bound.dims)
-    if fn is not mhc_fn and out is None:
-        fn_grad = fn_grad.view(mhc_fn.shape)  # the caller's [N, R * H]
-    return x_grad, fn_grad
+    if out is not None:
+        return tuple(out)
+    return x_grad, fn_grad.view(mhc_fn.shape)  # the caller's layout
+
+
+def _pair(out: Any) -> bool:
+    """`out` holds a contiguous second tensor (one to view by stream; the schema checks the
+    rest, naming it)."""
+    return (
+        isinstance(out, tuple)
+        and len(out) == 2
+        and hasattr(out[1], "shape")
+        and isinstance(out[1], _arrays.Tensor)
+        and out[1].is_contiguous()
+    )
 
 
 example_shapes = SCHEMA.example_shapes
