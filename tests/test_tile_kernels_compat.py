@@ -1278,7 +1278,33 @@ def test_mhc_pre_norm_fn_within_tilekernels_bound(references):
         torch.testing.assert_close(got, ref(res, fn, weight, 1e-6), atol=1e-3, rtol=1e-3)
 
 
-def test_mhc_pre_norm_fn_gradient_is_not_served(fake, cpu_as_cuda):
-    with pytest.raises(NotImplementedError, match=r"^tileaot\.tile_kernels\.mhc_pre_norm_fn: "):
-        ops.mhc_pre_norm_fn(RES, NORM_FN.clone().requires_grad_(), None, 1e-6)
-    assert not fake.launches
+def test_mhc_pre_norm_fn_is_differentiable_as_tilekernels(fake, cpu_as_cuda, monkeypatch):
+    """Gradients of residual, mhc_fn and the norm weight (TileKernels' ``fuse_grad_acc`` and
+    ``n_splits`` change nothing), the backward launch standing in as its kernel's reference:
+    against autograd through ``mhc_pre_norm_fn_ref`` (float32 math) within float32 sums and
+    a bf16 ulp of residual's gradient."""
+    from kernels_py.mhc import mhc_pre_norm_fn_backward as pnf_bwd
+
+    monkeypatch.setattr(
+        importlib.import_module("tileaot.mhc_pre_norm_fn_backward"),
+        "mhc_pre_norm_fn_backward",
+        pnf_bwd.reference,
+    )
+    functions = importlib.import_module("tileaot._grad")._FUNCTIONS
+    monkeypatch.delitem(functions, "mhc_pre_norm_fn", raising=False)  # built with the stand-in
+    g = torch.Generator().manual_seed(12)
+    res = torch.randn(1, 7, 4, 256, generator=g).bfloat16()
+    fn = torch.randn(24, 4 * 256, generator=g) * 1e-2
+    w = torch.randn(4 * 256, generator=g) * 0.1 + 1.0
+    grad = torch.randn(1, 7, 24, generator=g)
+    for weight, fuse in ((None, False), (w, True)):
+        inputs = (res, fn) if weight is None else (res, fn, weight)
+        ours = [v.clone().requires_grad_() for v in inputs]
+        theirs = [v.clone().requires_grad_() for v in inputs]
+        ops.mhc_pre_norm_fn(*ours[:2], (ours + [None])[2], 1e-6, fuse, 4).backward(grad)
+        tk("mhc").mhc_pre_norm_fn_ref(*theirs[:2], (theirs + [None])[2], 1e-6).backward(grad)
+        a, b = ours[0].grad.float(), theirs[0].grad.float()
+        torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-5)
+        for a, b in zip(ours[1:], theirs[1:], strict=True):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    assert [fake.by_handle[x.handle][0] for x in fake.launches] == ["mhc_pre_norm_fn"] * 2
