@@ -77,8 +77,12 @@ def factory(arch: str, dtype: str, N: int | None = None):
         with T.Kernel(ceildiv(T, M, rows), threads=THREADS) as bt:
             token_block(residual, mhc_fn, bt, mhc_norm_eps, mix, row, out_grad, stats)
         # 2. residual_grad, and mhc_fn_grad's partial sums of CHUNK tokens.
-        with T.Kernel(P, T.ceildiv(H, THREADS * VB), R, threads=THREADS) as (p, hb, rb):
+        # One grid dimension (x): P, R and the column blocks may each pass 65535.
+        with T.Kernel(
+            ceildiv(T, M, CHUNK) * R * ceildiv(T, H, THREADS * VB), threads=THREADS
+        ) as b2:
             tx2 = T.get_thread_binding()
+            hb, rb, p = split_index(T, b2, ceildiv(T, H, THREADS * VB), R)
             h0 = hb * (THREADS * VB) + tx2 * VB
             fr = T.alloc_local((nmax, VB), "float32")
             acc = T.alloc_local((nmax, VB), "float32")
@@ -135,8 +139,9 @@ def factory(arch: str, dtype: str, N: int | None = None):
                     if (n < N) & (h0 + e < H):
                         partial[p, n, rb, h0 + e] = acc[n, e]
         # 3. mhc_fn_grad: the chunks' partial sums in order.
-        with T.Kernel(T.ceildiv(H, THREADS), R, N, threads=THREADS) as (hb3, rb3, nb3):
+        with T.Kernel(N * R * ceildiv(T, H, THREADS), threads=THREADS) as b3:
             tx3 = T.get_thread_binding()
+            hb3, rb3, nb3 = split_index(T, b3, ceildiv(T, H, THREADS), R)
             h = hb3 * THREADS + tx3
             if h < H:
                 total = T.alloc_local((1,), "float32")
@@ -146,6 +151,13 @@ def factory(arch: str, dtype: str, N: int | None = None):
                 mhc_fn_grad[nb3, rb3, h] = total[0]
 
     return mhc_pre_norm_fn_backward
+
+
+def split_index(T, b, inner, middle):
+    """Block index ``b = (outer * middle + m) * inner + i`` as ``(i, m, outer)``, in unsigned
+    arithmetic (C's division: the indices are >= 0)."""
+    rest = T.truncdiv(b, inner)
+    return T.truncmod(b, inner), T.truncmod(rest, middle), T.truncdiv(rest, middle)
 
 
 def reference(out_grad, residual, mhc_fn, mhc_norm_eps):
