@@ -349,11 +349,14 @@ def _head_compute_mix(b: int, t: int, backward: bool = False, r: int = 4):
     return make
 
 
-def _pre_norm_fn(b: int, t: int, h: int, r: int = 4):
+def _pre_norm_fn(b: int, t: int, h: int, backward: bool = False, r: int = 4):
     def make(tk):
         residual = _bf16(b, t, r, h)
         fn = torch.randn((2 + r) * r, r * h, device="cuda") * (r * h) ** -0.5
-        return lambda: tk.mhc_ops.mhc_pre_norm_fn(residual, fn, None, 1e-6)
+        op = tk.mhc_ops.mhc_pre_norm_fn
+        if backward:  # fuse_grad_acc=False: no mhc_post gradient to add into here
+            return _grad_fn(lambda x, f: op(x, f, None, 1e-6, False), residual, fn)
+        return lambda: op(residual, fn, None, 1e-6)
 
     return make
 
@@ -636,5 +639,9 @@ CASES: list[Case] = [
     *_op("mhc_pre_norm_fn",
          ("mhc_pre_norm_fn r4", M, _pre_norm_fn(1, 8192, 7168)),
          ("mhc_pre_norm_fn r4", MB, _pre_norm_fn(1, 128, 4096))),
+    *_op("mhc_pre_norm_fn_backward",
+         ("mhc_pre_norm_fn_backward r4", M, _pre_norm_fn(1, 8192, 7168, True), AUTOGRAD),
+         ("mhc_pre_norm_fn_backward r4", MB, _pre_norm_fn(1, 128, 4096, True), AUTOGRAD),
+         bench="mhc_pre_norm_fn"),
 ]
 # fmt: on
