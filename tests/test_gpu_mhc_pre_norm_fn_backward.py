@@ -7,8 +7,8 @@ over absolute values: ``residual_grad`` within one bf16 rounding (``2**-8 |want|
 forward's (R in {1, 2, 3, 4, 8}, the 16-byte and element paths), N = 24 (the static variant)
 and other N, token counts either side of a 1024-token chunk. Then: two calls give the same
 bits (every sum in a fixed order), autograd through tileaot.mhc_pre_norm_fn (with a norm
-weight) against autograd through TileKernels' reference, and every variant built for this
-GPU exercised.
+weight) against autograd through TileKernels' reference, the caller's stream, and every
+variant built for this GPU exercised.
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from _gpu_helpers import MHC_CASES, assert_every_variant_exercised, selected
+from _gpu_helpers import (
+    MHC_CASES,
+    assert_every_variant_exercised,
+    assert_ordered_on_callers_stream,
+    selected,
+)
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -127,6 +132,20 @@ def test_autograd_matches_tile_kernels_reference(hidden, tokens, normw):
     torch.testing.assert_close(got[0].float(), want[0].float(), rtol=2**-7, atol=1e-5)
     for a, b in zip(got[1:], want[1:], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3 * float(b.abs().max()))
+
+
+def test_stream_order():
+    """Launched on the caller's stream: the gradient written there is the one read (the
+    result, deterministic, equals an earlier call's bit for bit)."""
+    import tileaot
+
+    g, residual, fn = _inputs(4096, 4, 1280, 24)
+    want = tileaot.mhc_pre_norm_fn_backward(g, residual, fn)
+    assert_ordered_on_callers_stream(
+        lambda grad: tileaot.mhc_pre_norm_fn_backward(grad, residual, fn),
+        lambda got: all(torch.equal(a, b) for a, b in zip(got, want, strict=True)),
+        g,
+    )
 
 
 def test_every_variant_for_this_gpu_was_exercised():
