@@ -1,25 +1,6 @@
 """Benchmark cases for mhc_pre_norm_fn and mhc_pre_norm_fn_backward (mHC, bf16 residual,
 R = 4, N = 24 mixes).
 
-def _backward(t: int, h: int, r: int = 4):
-    residual = torch.randn(t, r, h, device="cuda").to(torch.bfloat16)
-    fn = torch.randn(r * (r + 2), r * h, device="cuda") * (r * h) ** -0.5
-    g = torch.randn(t, fn.shape[0], device="cuda")
-    out = (torch.empty_like(residual), torch.empty_like(fn))
-
-    def torch_backward():
-        leaves = [v.detach().requires_grad_(True) for v in (residual, fn)]
-        return torch.autograd.grad(_torch_norm_fn(*leaves, 1e-6), leaves, g)
-
-    chunks = -(-t // 1024)
-    return (
-        (lambda: tileaot.mhc_pre_norm_fn_backward(g, residual, fn, 1e-6, out=out)),
-        torch_backward,
-        residual.numel() * 2 * 3 + (fn.numel() * (2 + 2 * chunks) + g.numel()) * 4,
-        None,
-    )
-
-
 CASES = [(label, size, make)]; make() → (tileaot fn, torch fn, bytes moved or None, flops
 or None). Forward bytes: the residual once, mhc_fn once (every block re-reads it from L2, which
 is not counted) and the float32 mixes. Backward bytes: the residual twice (its token sums are
