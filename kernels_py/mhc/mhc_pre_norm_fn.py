@@ -77,6 +77,11 @@ def variant(op: str, dtype: str, N: int | None):
     return T, M, R, H, N, nmax, rows, sums_macro(T, M, R, H, N, nmax, rows)
 
 
+def x_value(T, residual, ok, t, r, h):
+    """``residual[t, r, h]`` as float32 where `ok`, else 0 (a guarded load)."""
+    return T.cast(T.if_then_else(ok, residual[t, r, h], T.bfloat16(0)), "float32")
+
+
 def sums_macro(T, M, R, H, N, nmax: int, rows: int):
     """The T.macro ``(residual, mhc_fn, bt, mhc_norm_eps, mix, row, *bufs)`` of block `bt` (128
     threads, tokens ``t0 = bt * rows ..``): ``tot[b * nmax + n] = x . mhc_fn[n]`` and
@@ -108,25 +113,13 @@ def sums_macro(T, M, R, H, N, nmax: int, rows: int):
                     T.assume(H % VEC == 0)  # rows start 16-byte aligned: vector loads
                     for b in T.unroll(rows):
                         for e in T.vectorized(VEC):
-                            xb[b, e] = T.cast(
-                                T.if_then_else(
-                                    (t0 + b < M) & (col < H),
-                                    residual[t0 + b, r, col + e],
-                                    T.bfloat16(0),
-                                ),
-                                "float32",
-                            )
+                            ok = (t0 + b < M) & (col < H)
+                            xb[b, e] = x_value(T, residual, ok, t0 + b, r, col + e)
                 else:
                     for b in T.unroll(rows):
                         for e in T.unroll(VEC):
-                            xb[b, e] = T.cast(
-                                T.if_then_else(
-                                    (t0 + b < M) & (col + e < H),
-                                    residual[t0 + b, r, col + e],
-                                    T.bfloat16(0),
-                                ),
-                                "float32",
-                            )
+                            ok = (t0 + b < M) & (col + e < H)
+                            xb[b, e] = x_value(T, residual, ok, t0 + b, r, col + e)
                 for b in T.unroll(rows):
                     for e in T.unroll(VEC):
                         j = rows * nmax + b

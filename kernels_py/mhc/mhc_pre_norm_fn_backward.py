@@ -31,7 +31,7 @@ Variants as the forward's: N = 24 unrolled exactly, and a generic N <= 32.
 from ..ceildiv import ceildiv
 from ..spec import ALL_CUDA_SAME, KernelSpec
 from .expand_to_mhc import THREADS
-from .mhc_pre_norm_fn import STATIC_N, spec_error_of, variant
+from .mhc_pre_norm_fn import STATIC_N, spec_error_of, variant, x_value
 
 CHUNK = 1024  # tokens per block of the second kernel (and per partial sum of mhc_fn_grad)
 STAGE = 16  # tokens the second kernel stages at a time: gd, gs in shared memory, x in registers
@@ -103,14 +103,8 @@ def factory(arch: str, dtype: str, N: int | None = None):
                 if s0 < M:
                     for ti in T.unroll(STAGE):
                         for e in T.unroll(VB):
-                            xs[ti, e] = T.cast(
-                                T.if_then_else(
-                                    (s0 + ti < M) & (h0 + e < H),
-                                    residual[s0 + ti, rb, h0 + e],
-                                    T.bfloat16(0),
-                                ),
-                                "float32",
-                            )
+                            ok = (s0 + ti < M) & (h0 + e < H)
+                            xs[ti, e] = x_value(T, residual, ok, s0 + ti, rb, h0 + e)
                     T.sync_threads()  # the previous stage is read
                     for i in T.unroll(loads):
                         j = i * THREADS + tx2
