@@ -45,10 +45,11 @@ def _same(ours: torch.Tensor, theirs: torch.Tensor, what: object) -> None:
     assert torch.equal(a, b), (what, int((a != b).sum()))
 
 
-def _x(m: int, n: int, dtype: torch.dtype = BF16, seed: int = 0) -> torch.Tensor:
+def _x(m: int, n: int, dtype: torch.dtype = BF16, seed: int = 0, wide: bool = True) -> torch.Tensor:
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(m, n, device="cuda", generator=g)
-    x[::5] *= 1e3  # wide and narrow rows
+    if wide:
+        x[::5] *= 1e3  # wide and narrow rows
     x[3::7] = 0.0  # all-zero rows: the amax floor
     return x.to(dtype)
 
@@ -198,10 +199,12 @@ def _fused_backward_inputs(m: int, p: int):
     p2tk = torch.full((rows,), -1, dtype=torch.int32, device="cuda")
     live = tk2p.view(-1) >= 0
     p2tk[tk2p.view(-1)[live].long()] = torch.arange(m * 8, device="cuda").int()[live]
-    x = _x(rows, 2 * 2048, seed=m)
+    # Plain randn, as TileKernels' test draws: _x's 1e3-scaled rows make weight_grad's
+    # 2048-term dot cancel to ~1e-3 relative summation-order noise, past its 1e-4 bound.
+    x = _x(rows, 2 * 2048, seed=m, wide=False)
     x[p2tk < 0] = 0
     x = _tk("cast").cast(x, "e4m3", (1, p))
-    grad_out = _x(rows, 2048, seed=m + 1)
+    grad_out = _x(rows, 2048, seed=m + 1, wide=False)
     return x, grad_out, torch.rand(m, 8, device="cuda", generator=g), p2tk, tk2p
 
 

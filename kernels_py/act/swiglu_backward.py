@@ -159,7 +159,10 @@ def reference(
     flat = weight.reshape(-1).float()
     pos = pos_to_token_topk.long()
     routed = (pos >= 0) & (pos < flat.numel())
-    w = torch.where(routed, flat[pos.clamp(0, max(flat.numel() - 1, 0))], 0.0) if m else flat[:0]
+    if flat.numel():
+        w = torch.where(routed, flat[pos.clamp(0, flat.numel() - 1)], 0.0)
+    else:  # no (token, topk) pair: every row is padding
+        w = torch.zeros(m, dtype=torch.float32, device=x.device)
     w = w[:, None]
     one = torch.ones((), dtype=torch.float32, device=x.device)
     t = one + torch.exp(-g)
