@@ -85,6 +85,23 @@ def _per_channel_cast(m: int, n: int, round_sf: bool):
     return make
 
 
+def _per_channel_cast_fused(t: int, h: int, k: int, e: int, fp8: bool, round_sf: bool):
+    """The fused MoE layout's per-channel cast: pos_to_token from get_fused_mapping (made
+    once, alignment 128); FP8 rows from TileKernels' g128 cast."""
+
+    def make(tk):
+        idx = torch.rand(t, e, device="cuda").topk(k, dim=-1).indices  # int64
+        pos_to_token = tk.moe.get_fused_mapping(idx, e, 0, 128)[1]
+        x = _bf16(t, h)
+        if fp8:
+            x = tk.quant.per_token_cast(x, "e4m3", 128)
+        n = 128 if fp8 else None
+        fn = tk.quant.per_channel_cast_fused
+        return lambda: fn(x, "e4m3", 128, round_sf, n, pos_to_token)
+
+    return make
+
+
 def _cast_back_fp8(m: int, n: int, block: tuple[int, int], fmt: str):
     def make(tk):
         q = _fp8(m, n)
@@ -465,6 +482,7 @@ X, X2 = "32768x7168", "32768x2*7168"
 PTC8, PTC8R = "per_token_cast_fp8 bf16 g128", "per_token_cast_fp8 bf16 g128 round_sf"
 PBC, PTC4 = "per_block_cast_fp8 bf16", "per_token_cast_fp4 bf16 g32 ue8m0"
 PCC, PTE = "per_channel_cast_fp8 bf16", "per_token_cast_e5m6 bf16"
+PCF = "per_channel_cast_fused bf16 E256 a128"
 CB, SW, SWW = (
     "cast_back fp8 g128 -> bf16",
     "swiglu_per_token_cast_fp8 bf16",
@@ -493,6 +511,13 @@ CASES: list[Case] = [
          (PCC, X, _per_channel_cast(32768, 7168, False)),
          (PCC, "128x4096", _per_channel_cast(128, 4096, False)),
          (PCC + " round_sf", X, _per_channel_cast(32768, 7168, True))),
+    *_op("per_channel_cast_fused",
+         (PCF, "4096x7168 k8", _per_channel_cast_fused(4096, 7168, 8, 256, False, False)),
+         (PCF + " round_sf", "4096x7168 k8",
+          _per_channel_cast_fused(4096, 7168, 8, 256, False, True)),
+         ("per_channel_cast_fused e4m3 g128 E256 a128", "4096x7168 k8",
+          _per_channel_cast_fused(4096, 7168, 8, 256, True, False)),
+         (PCF, "128x7168 k8", _per_channel_cast_fused(128, 7168, 8, 256, False, False))),
     *_op("per_token_cast_e5m6",
          (PTE, X, _per_token_cast(32768, 7168, "e5m6", 7168, False)),
          (PTE, "128x4096", _per_token_cast(128, 4096, "e5m6", 4096, False)),

@@ -54,6 +54,7 @@ OP_MODULES = (
     "kernels_py.quant.per_token_cast_fp4",
     "kernels_py.quant.cast_back_fp4",
     "kernels_py.quant.per_channel_cast_fp8",
+    "kernels_py.quant.per_channel_cast_fused",
 )
 
 

@@ -343,6 +343,39 @@ def per_channel_cast_fp8(d: Draw) -> Call:
     return c
 
 
+def per_channel_cast_fused(d: Draw) -> Call:
+    """Written from tileaot.per_channel_cast_fused's docstring: bf16/fp16/fp32 x [T, N] (any
+    N), or e4m3 x (N % 128 == 0) with its float32 x_sf [T, N // 128]; int32 pos_to_token [P]
+    (-1 and indices past T: zero rows; P within one launch); q [P, N] e4m3 and scale
+    [ceil(P / 128), N] float32; no element of q launches nothing."""
+    fp8 = d.flag()
+    dt = E4M3 if fp8 else d.pick(FLOATS)
+    t, p = d.size(30), d.size(300, big=False)
+    n = d.size(3, step=128) if fp8 else d.size(200)
+    x = d.randn((t, n), FP32, 10.0).to(dt)
+    x_sf = d.randn((t, n // 128), FP32).abs() if fp8 else None
+    pos = d.randint(-1, t + 2, (p,))
+    round_sf = d.flag()
+    scales = (-(-p // 128), n)
+    c = Call(
+        {"x": x, "pos_to_token": pos, "x_sf": x_sf, "round_sf": round_sf},
+        [((p, n), E4M3), (scales, FP32)],
+        p * n > 0,
+        bad={"round_sf": [1, None]},
+    )
+    out = d.outs(c, [("out[0] (q)", (p, n), E4M3), ("out[1] (scale)", scales, FP32)])
+    c.slot(("x",), "x", (dt,) if fp8 else FLOATS, (0, 1) if fp8 else ((1,) if out else ()))
+    c.slot(("pos_to_token",), "pos_to_token", (I32,), (0,) if out else ())
+    if fp8:
+        c.slot(("x_sf",), "x_sf", (FP32,), (0, 1))
+
+    def check(result: Any) -> None:  # bit-exact (tests/test_gpu_per_channel_cast_fused.py)
+        _same_bits(result, _ref("quant.per_channel_cast_fused")(x, pos, x_sf, round_sf))
+
+    c.check = check
+    return c
+
+
 def per_token_cast_e5m6(d: Draw) -> Call:
     dt, m, n = d.pick((BF16, FP32)), d.size(200), d.size(40, step=8)  # N % 8 == 0
     x = d.randn((m, n), dt, 10.0)
@@ -1391,6 +1424,7 @@ BUILDERS = {
         per_token_cast_fp8_groups,
         per_block_cast_fp8,
         per_channel_cast_fp8,
+        per_channel_cast_fused,
         per_token_cast_e5m6,
         cast_back,
         cast_back_groups,

@@ -102,6 +102,27 @@ def test_per_channel_cast(m, round_sf, dtype):
     _same(sf, sf_tk, "sf")
 
 
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("m", TOKENS)
+def test_per_channel_cast_fused(m, round_sf, fp8):
+    """Rows gathered into P = 8 m rounded up to 16 (every fifth -1), bf16 or TileKernels'
+    g128 FP8 cast cast back first: bytes of TileKernels' reference."""
+    g = torch.Generator(device="cuda").manual_seed(m)
+    p = -(-8 * m // 16) * 16
+    pos = torch.randint(0, m, (p,), device="cuda", generator=g, dtype=torch.int32)
+    pos[::5] = -1
+    x = _x(m, 7168, seed=m)
+    if fp8:
+        x = _tk("cast").cast(x, "e4m3", (1, 128))
+    n = 128 if fp8 else None
+    _poison()
+    q, sf = _compat().quant.per_channel_cast_fused(x, "e4m3", 128, round_sf, n, pos)
+    q_tk, sf_tk = _tk("per_channel_cast_fused").per_channel_cast_fused(x, 128, n, round_sf, pos)
+    _same(q, q_tk, "q")
+    _same(sf, sf_tk, "sf")
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "fp32"])
 @pytest.mark.parametrize("block", [(1, 32), (1, 64), (1, 128), (1, 7168), (128, 128)])
 @pytest.mark.parametrize("m", TOKENS)

@@ -201,6 +201,24 @@ CASES = [
         [(F8, (8, 256)), (F32, (1, 256))],
     ),
     (
+        "per_channel_cast_fused-gather",
+        lambda: quant.per_channel_cast_fused(X, "e4m3", 128, True, None, PTT),
+        lambda: tileaot.per_channel_cast_fused(X, PTT, round_sf=True),
+        [(F8, (8, 256)), (F32, (1, 256))],
+    ),
+    (
+        "per_channel_cast_fused-fp8",
+        lambda: quant.per_channel_cast_fused((Q8, S_G128), "e4m3", 128, False, 128, PTT),
+        lambda: tileaot.per_channel_cast_fused(Q8, PTT, x_sf=S_G128),
+        [(F8, (8, 256)), (F32, (1, 256))],
+    ),
+    (
+        "per_channel_cast_fused-plain",
+        lambda: quant.per_channel_cast_fused(X, "e4m3", 128),
+        lambda: tileaot.per_channel_cast_fp8(X),
+        [(F8, (8, 256)), (F32, (1, 256))],
+    ),
+    (
         "cast_back-g128",
         lambda: quant.cast_back((Q8, S_G128), "bf16", (1, 128)),
         lambda: tileaot.cast_back(Q8, S_G128, layout="g128"),
@@ -543,6 +561,7 @@ def _stand_ins() -> dict:
     from kernels_py.quant import cast_back_fp8 as cb8
     from kernels_py.quant import per_block_cast_fp8 as pb
     from kernels_py.quant import per_channel_cast_fp8 as pc
+    from kernels_py.quant import per_channel_cast_fused as pcf
     from kernels_py.quant import per_token_cast_e5m6 as e5
     from kernels_py.quant import per_token_cast_fp4 as fp4
     from kernels_py.quant import per_token_cast_fp8 as pt
@@ -561,6 +580,7 @@ def _stand_ins() -> dict:
         "per_token_cast_fp8": lambda x, g=128, *, round_sf=False: pt.reference(x, g, round_sf),
         "per_block_cast_fp8": lambda x, *, round_sf=False: pb.reference(x, round_sf),
         "per_channel_cast_fp8": lambda x, *, round_sf=False: pc.reference(x, round_sf),
+        "per_channel_cast_fused": _channel_fused(pcf.reference),
         "per_token_cast_fp4": fp4.reference,
         "per_token_cast_e5m6": lambda x, *, round_sf=False: e5.reference(x, round_sf),
         "cast_back": cast_back,
@@ -600,6 +620,14 @@ def _weighted_norm_fn(residual, mhc_fn, mhc_norm_weight=None, mhc_norm_eps=1e-6,
     assert out is None
     fn = mhc_fn if mhc_norm_weight is None else mhc_fn * mhc_norm_weight
     return pnf.reference(residual, fn, mhc_norm_eps)
+
+
+def _channel_fused(reference):
+    def call(x, pos_to_token, *, x_sf=None, round_sf=False, out=None):
+        assert out is None
+        return reference(x, pos_to_token, x_sf, round_sf)
+
+    return call
 
 
 def _with_sf(reference):
@@ -681,6 +709,12 @@ def _tk_cases():
     mult = torch.randint(-(2**62), 2**62, (3, 4), generator=g)  # int64 products wrap
     sizes = torch.randint(1, 2**31 - 1, (3, 3, 5), generator=g, dtype=I32)
     hashed = (ngrams, mult, sizes, tk("engram").make_offsets(sizes))  # offsets wrap in int32
+    cpos, cpos7 = (
+        torch.randint(-1, 129, (160,), generator=g),
+        torch.randint(-1, 7, (48,), generator=g),
+    )
+    cpos, cpos7 = cpos.int(), cpos7.int()  # per_channel_cast_fused's gathers (-1: zero rows)
+    pcf = tk("per_channel_cast_fused").per_channel_cast_fused
     from _fused_mapping import fused_mapping
 
     fused_pte, fused_pos = fused_mapping(idx, 256, 16, 129 * 8 + 256 * 15 + 5)  # tail rows too
@@ -748,6 +782,31 @@ def _tk_cases():
             "per_channel_cast",
             lambda: quant.per_channel_cast(x, "e4m3", 128, round_sf=True),
             lambda: cast.cast(x, "e4m3", (128, 1), round_sf=True),
+        ),
+        (
+            "per_channel_cast_fused-gather-bf16",
+            lambda: quant.per_channel_cast_fused(x, "e4m3", 128, True, None, cpos),
+            lambda: pcf(x, 128, None, True, cpos),
+        ),
+        (
+            "per_channel_cast_fused-gather-fp32",
+            lambda: quant.per_channel_cast_fused(x32, "e4m3", 128, pos_to_token=cpos7),
+            lambda: pcf(x32, 128, None, False, cpos7),
+        ),
+        (
+            "per_channel_cast_fused-fp8",
+            lambda: quant.per_channel_cast_fused(q8, "e4m3", 128, False, 128, cpos),
+            lambda: pcf(q8, 128, 128, False, cpos),
+        ),
+        (
+            "per_channel_cast_fused-fp8-no-index",
+            lambda: quant.per_channel_cast_fused(q8, "e4m3", 128, True, 128),
+            lambda: pcf(q8, 128, 128, True, None),
+        ),
+        (
+            "per_channel_cast_fused-plain",
+            lambda: quant.per_channel_cast_fused(x, "e4m3", 128),
+            lambda: pcf(x, 128, None, False, None),
         ),
         (
             "cast_back-g128",
@@ -882,7 +941,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 55  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 60  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -1057,6 +1116,26 @@ NOT_SERVED = [
         lambda: quant.per_token_cast(X, "e2m1", 128, round_sf=True),
         "per_token_cast: num_per_channels=128",
         " with fmt='e2m1' (served: 16, 32)",
+    ),
+    (
+        lambda: quant.per_channel_cast_fused(X, "e4m3", 64),
+        "per_channel_cast_fused: num_per_tokens=64",
+        " (served: 128)",
+    ),
+    (
+        lambda: quant.per_channel_cast_fused((Q8, S_G128), "e4m3", 128, num_per_channels=64),
+        "per_channel_cast_fused: num_per_channels=64",
+        " with x = (data, sf) (served: 128)",
+    ),
+    (
+        lambda: quant.per_channel_cast_fused(X, "e4m3", 128, num_per_channels=128),
+        "per_channel_cast_fused: num_per_channels=128",
+        " (served: None)",
+    ),
+    (
+        lambda: quant.per_channel_cast_fused((Q8, S_G128.int()), "e4m3", 128, False, 128),
+        "per_channel_cast_fused: x[1].dtype=torch.int32",
+        " (served: torch.float32)",
     ),
     (
         lambda: quant.per_channel_cast(X, "e4m3", 32),

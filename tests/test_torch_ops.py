@@ -91,6 +91,11 @@ CASES = [
     ("per_block_cast_fp8", lambda: (t(256, 72, dtype=F16),)),
     ("per_channel_cast_fp8", lambda: (t(130, 200),)),
     ("per_channel_cast_fp8", lambda: (t(5, 36, dtype=F32),)),
+    ("per_channel_cast_fused", lambda: (t(6, 64), idx(40, 1, 6).view(40))),
+    (
+        "per_channel_cast_fused",
+        lambda: (fp8(5, 256), idx(20, 1, 5).view(20), t(5, 2, dtype=F32), True),
+    ),
     ("per_token_cast_e5m6", lambda: (t(4, 64),)),
     ("per_token_cast_e5m6", lambda: (t(3, 40, dtype=F32), True)),
     ("cast_back", lambda: (fp8(4, 256), t(4, 2, dtype=F32))),

@@ -68,6 +68,7 @@ VARIANTS = (
     "per_token_cast_e5m6_bf16_any",
     "cast_back_e5m6_fp32_any",
     "expand_to_fused_with_sf_e4m3_fp32_col_any",
+    "per_channel_cast_fused_e4m3_any",
     "mhc_pre_split_mixes_fp32_any",
     "mhc_head_compute_mix_fp32_any",
     "mhc_pre_split_mixes_backward_fp32_any",

@@ -81,15 +81,39 @@ def _tile_macro(T, dtype: str, M, N, vec: int, aligned: bool):
     ``aligned``: N % vec == 0, so a thread's vector is wholly inside or outside the matrix and
     is moved as one 16-byte access; otherwise element by element with a bound check each.
     """
-    per_row = COLS // vec  # threads per row
-    slices = THREADS // per_row  # rows per step: the row slices meeting in shared memory
-    steps = ROWS // slices  # vectors per thread
-    load, store = vector_io(T, dtype, M, N, vec, steps, slices, aligned)
+    steps, slices = tile_layout(vec)
+    load, _ = vector_io(T, dtype, M, N, vec, steps, slices, aligned)
+    finish = tile_ops(T, M, N, vec, aligned, dtype)
 
     @T.macro
     def quantise_tile(x, q, scale, round_sf, bm, bn):
         tx = T.get_thread_binding()
         buf = T.alloc_local((steps * vec,), dtype)
+        load(x, buf, bm * ROWS + tx // (COLS // vec), bn * COLS + (tx % (COLS // vec)) * vec)
+        finish(buf, q, scale, round_sf, bm, bn, tx)
+
+    return quantise_tile
+
+
+def tile_layout(vec: int) -> tuple[int, int]:
+    """``(steps, slices)`` of the tile's thread layout for vectors of ``vec`` columns: thread
+    ``tx`` owns columns ``(tx % (128 // vec)) * vec ...`` of rows ``tx // (128 // vec) + i *
+    slices``, ``i < steps`` (held in ``buf[steps * vec]``, row i's vector at ``i * vec``)."""
+    slices = THREADS // (COLS // vec)
+    return ROWS // slices, slices
+
+
+def tile_ops(T, M, N, vec: int, aligned: bool, dtype: str):
+    """Macro ``finish(buf, q, scale, round_sf, bm, bn, tx)``: from thread ``tx``'s loaded
+    values ``buf`` (tile_layout's layout, any dtype: taken as float32; 0 outside the
+    matrix) the per-column maxima, the scales of tile (bm, bn) and its e4m3 codes, stored to
+    ``q[M, N]`` and ``scale``. Shared by per_channel_cast_fp8 and per_channel_cast_fused."""
+    per_row = COLS // vec  # threads per row
+    steps, slices = tile_layout(vec)
+    _, store = vector_io(T, dtype, M, N, vec, steps, slices, aligned)
+
+    @T.macro
+    def finish(buf, q, scale, round_sf, bm, bn, tx):
         cmax = T.alloc_local((vec,), "float32")  # then the columns' multipliers
         yq = T.alloc_local((vec,), "float32")
         q8 = T.alloc_local((vec,), FP8)
@@ -100,7 +124,6 @@ def _tile_macro(T, dtype: str, M, N, vec: int, aligned: bool):
         c0 = (tx % per_row) * vec  # the thread's first column in the tile
         col = bn * COLS + c0
         row0 = bm * ROWS + tx // per_row
-        load(x, buf, row0, col)
         # |x| max per column: over this thread's rows, then over the slices in shared memory.
         for v in T.unroll(vec):
             cmax[v] = T.float32(0)
@@ -132,7 +155,7 @@ def _tile_macro(T, dtype: str, M, N, vec: int, aligned: bool):
                 q8[v] = yq[v]
             store(q, q8, row0 + i * slices, col)
 
-    return quantise_tile
+    return finish
 
 
 def reference(x, round_sf: bool = False):

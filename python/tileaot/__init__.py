@@ -51,6 +51,7 @@ from .moe_reduce import moe_reduce
 from .normalize_weight import normalize_weight
 from .per_block_cast_fp8 import per_block_cast_fp8
 from .per_channel_cast_fp8 import per_channel_cast_fp8
+from .per_channel_cast_fused import per_channel_cast_fused
 from .per_token_cast_e5m6 import per_token_cast_e5m6
 from .per_token_cast_fp4 import per_token_cast_fp4
 from .per_token_cast_fp8 import per_token_cast_fp8
@@ -103,6 +104,7 @@ __all__ = [
     "normalize_weight",
     "per_block_cast_fp8",
     "per_channel_cast_fp8",
+    "per_channel_cast_fused",
     "per_token_cast_e5m6",
     "per_token_cast_fp4",
     "per_token_cast_fp8",

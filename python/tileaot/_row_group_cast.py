@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 ROWS = 128  # rows of x sharing a scale
 ROWS_PER_LAUNCH = 65535 * ROWS
-_ROUND_SF = {False: (0.0,), True: (1.0,)}  # the kernels' runtime scalar round_sf
+ROUND_SF = {False: (0.0,), True: (1.0,)}  # the kernels' runtime scalar round_sf
 
 
 def cast(
@@ -49,7 +49,7 @@ def cast(
                 x.new_empty(m, n, dtype=torch.float8_e4m3fn),
                 x.new_empty(-(-m // ROWS), scale_cols(n), dtype=torch.float32),
             )
-        if _lib.fast((op, x.dtype), (x, *pair), _ROUND_SF[round_sf], schema.writes):
+        if _lib.fast((op, x.dtype), (x, *pair), ROUND_SF[round_sf], schema.writes):
             return pair
     elif type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(public, {"x": x, "round_sf": round_sf, "out": out})
@@ -62,7 +62,7 @@ def cast(
         return q, scale
     if m <= ROWS_PER_LAUNCH:
         handle = schema.launch(
-            bound.picked["T"], bound.device, (x, q, scale), _ROUND_SF[round_sf], bound.dims
+            bound.picked["T"], bound.device, (x, q, scale), ROUND_SF[round_sf], bound.dims
         )
         if type(x) is _arrays.Tensor:  # one launch over (x, q, scale): what the short path passes
             _lib.learn((op, x.dtype), handle)
@@ -75,5 +75,5 @@ def cast(
     for r0 in range(0, m, ROWS_PER_LAUNCH):
         ptrs = (x_ptr + r0 * row_bytes, q_ptr + r0 * n, s_ptr + r0 // ROWS * scale_row_bytes)
         shapes = schema.flat({**bound.dims, "M": min(m - r0, ROWS_PER_LAUNCH)})
-        native.launch(handle, bound.device, stream, ptrs, shapes, _ROUND_SF[round_sf])
+        native.launch(handle, bound.device, stream, ptrs, shapes, ROUND_SF[round_sf])
     return q, scale

@@ -21,6 +21,7 @@ __all__ = [
     "cast_back",
     "per_block_cast",
     "per_channel_cast",
+    "per_channel_cast_fused",
     "per_token_cast",
     "per_token_cast_back",
     "swiglu_backward_and_per_token_cast",
@@ -118,6 +119,41 @@ def per_channel_cast(
     require(func, "fmt", fmt, ("e4m3",))
     require(func, "num_per_tokens", num_per_tokens, (128,))
     return tileaot.per_channel_cast_fp8(x, round_sf=round_sf)
+
+
+def per_channel_cast_fused(
+    x: torch.Tensor | QuantTensor,
+    fmt: str,
+    num_per_tokens: int,
+    round_sf: bool = False,
+    num_per_channels: int | None = None,
+    pos_to_token: torch.Tensor | None = None,
+) -> QuantTensor:
+    """Per-channel cast of rows gathered by ``pos_to_token`` (-1: a zero row), FP8 rows
+    ``x = (data, sf_invs)`` cast back first by their float32 ``(1, 128)`` scales
+    (``num_per_channels=128``), `tileaot.per_channel_cast_fused`; ``fmt="e4m3"``,
+    ``num_per_tokens=128``. ``(out, out_sf)``, float8_e4m3fn and float32 row-major
+    ``[ceil(P/128), hidden]``. Plain bf16/fp32 rows without ``pos_to_token``:
+    `tileaot.per_channel_cast_fp8` (FP8 rows: the identity index). Any row count (TileKernels
+    asks a multiple of 16 with ``pos_to_token``, of 128 without)."""
+    func = "per_channel_cast_fused"
+    require(func, "fmt", fmt, ("e4m3",))
+    require(func, "num_per_tokens", num_per_tokens, (128,))
+    if isinstance(x, tuple):
+        if len(x) != 2:
+            raise TypeError(f"tileaot.tile_kernels.{func}: x must be a tensor or a (data, sf) pair")
+        require(func, "num_per_channels", num_per_channels, (128,), "x = (data, sf)")
+        data, sf = x
+        if isinstance(sf, torch.Tensor) and sf.dtype != torch.float32:
+            raise not_served(func, "x[1].dtype", sf.dtype, "torch.float32")
+    else:
+        require_none(func, num_per_channels=num_per_channels)
+        data, sf = x, None
+        if pos_to_token is None:
+            return tileaot.per_channel_cast_fp8(x, round_sf=round_sf)
+    if pos_to_token is None and isinstance(data, torch.Tensor) and data.dim() == 2:
+        pos_to_token = torch.arange(data.shape[0], dtype=torch.int32, device=data.device)
+    return tileaot.per_channel_cast_fused(data, pos_to_token, x_sf=sf, round_sf=round_sf)
 
 
 def cast_back(
