@@ -95,41 +95,75 @@ def _kernel(out_dtype: str, p: int, cuda: bool):
                 if e < Tn * K:
                     if token_topk_to_pos[e // K, e % K] < 0:
                         weight_grad[e // K, e % K] = T.float32(0)
-        # 2. One block per row.
+        # 2. One block per row. Each step loads a thread's VEC columns of gate, up and grad_out
+        # into registers first (one guard per vector, independent of the element, so the loads
+        # are 8- and 16-byte vectors: H % P == 0 makes a vector all inside or all outside),
+        # computes, then stores; a per-element guard inside one loop kept every access scalar.
         with T.Kernel(M, threads=THREADS) as row:
-            acc = T.alloc_fragment((chunk,), "float32")
+            T.assume(H % p == 0)
+            acc = T.alloc_fragment((THREADS, VEC), "float32")
+            part = T.alloc_fragment((THREADS,), "float32")
             dot = T.alloc_fragment((1,), "float32")
+            gx = T.alloc_fragment((THREADS, VEC), "float32")
+            ux = T.alloc_fragment((THREADS, VEC), "float32")
+            gof = T.alloc_fragment((THREADS, VEC), "float32")
+            ov = T.alloc_fragment((THREADS, VEC), out_dtype)
+            dgv = T.alloc_fragment((THREADS, VEC), out_dtype)
+            duv = T.alloc_fragment((THREADS, VEC), out_dtype)
             idx = T.alloc_var("int32", init=pos_to_token_topk[row])
             routed = (idx >= 0) & (idx < Tn * K)
             w = T.alloc_var("float32")
             w = T.if_then_else(routed, weight[idx // K, idx % K], T.float32(0))
             T.clear(acc)
             for c in T.serial(T.ceildiv(H, chunk)):
-                for j in T.Parallel(chunk, coalesced_width=width):
-                    col = c * chunk + j
-                    if col < H:
-                        g = T.cast(x[row, col], "float32") * x_sf[row, col // p]
-                        u = T.cast(x[row, H + col], "float32") * x_sf[row, (H + col) // p]
-                        cg = g > swiglu_clamp_value
-                        cu = (u > swiglu_clamp_value) | (u < -swiglu_clamp_value)
-                        gc = T.if_then_else(cg, swiglu_clamp_value, g)
-                        uc = T.if_then_else(
-                            u > swiglu_clamp_value,
-                            swiglu_clamp_value,
-                            T.if_then_else(u < -swiglu_clamp_value, -swiglu_clamp_value, u),
-                        )
-                        go = T.cast(grad_out[row, col], "float32")
-                        t = T.float32(1) + T.call_extern("float32", "expf", -gc)
-                        s = T.ieee_fdiv(T.float32(1), t)
-                        a = T.ieee_fdiv(gc, t) * uc
-                        acc[j] += go * a
-                        ws = go * w * s
-                        out[row, col] = T.cast(a * w, out_dtype)
-                        dg = ws * uc * fma(gc, T.float32(1) - s, T.float32(1))
-                        x_grad[row, col] = T.cast(T.if_then_else(cg, T.float32(0), dg), out_dtype)
-                        du = T.if_then_else(cu, T.float32(0), ws * gc)
-                        x_grad[row, H + col] = T.cast(du, out_dtype)
-            T.reduce_sum(acc, dot, dim=0)
+                for v, e in T.Parallel(THREADS, VEC):
+                    base = (c * THREADS + v) * VEC
+                    gx[v, e] = T.if_then_else(base < H, T.cast(x[row, base + e], "float32"), 0)
+                for v, e in T.Parallel(THREADS, VEC):
+                    base = (c * THREADS + v) * VEC
+                    ux[v, e] = T.if_then_else(base < H, T.cast(x[row, H + base + e], "float32"), 0)
+                for v, e in T.Parallel(THREADS, VEC):
+                    base = (c * THREADS + v) * VEC
+                    gof[v, e] = T.if_then_else(
+                        base < H, T.cast(grad_out[row, base + e], "float32"), 0
+                    )
+                for v, e in T.Parallel(THREADS, VEC):
+                    base = (c * THREADS + v) * VEC
+                    inside = base < H
+                    g = gx[v, e] * T.if_then_else(inside, x_sf[row, base // p], 0)
+                    u = ux[v, e] * T.if_then_else(inside, x_sf[row, (H + base) // p], 0)
+                    cg = g > swiglu_clamp_value
+                    cu = (u > swiglu_clamp_value) | (u < -swiglu_clamp_value)
+                    gc = T.if_then_else(cg, swiglu_clamp_value, g)
+                    uc = T.if_then_else(
+                        u > swiglu_clamp_value,
+                        swiglu_clamp_value,
+                        T.if_then_else(u < -swiglu_clamp_value, -swiglu_clamp_value, u),
+                    )
+                    go = gof[v, e]
+                    t = T.float32(1) + T.call_extern("float32", "expf", -gc)
+                    s = T.ieee_fdiv(T.float32(1), t)
+                    a = T.ieee_fdiv(gc, t) * uc
+                    acc[v, e] += go * a
+                    ws = go * w * s
+                    ov[v, e] = T.cast(a * w, out_dtype)
+                    dg = ws * uc * fma(gc, T.float32(1) - s, T.float32(1))
+                    dgv[v, e] = T.cast(T.if_then_else(cg, T.float32(0), dg), out_dtype)
+                    duv[v, e] = T.cast(T.if_then_else(cu, T.float32(0), ws * gc), out_dtype)
+                for v, e in T.Parallel(THREADS, VEC):
+                    base = (c * THREADS + v) * VEC
+                    if base < H:
+                        out[row, base + e] = ov[v, e]
+                for v, e in T.Parallel(THREADS, VEC):
+                    base = (c * THREADS + v) * VEC
+                    if base < H:
+                        x_grad[row, base + e] = dgv[v, e]
+                for v, e in T.Parallel(THREADS, VEC):
+                    base = (c * THREADS + v) * VEC
+                    if base < H:
+                        x_grad[row, H + base + e] = duv[v, e]
+            T.reduce_sum(acc, part, dim=1)  # each thread's VEC partial sums
+            T.reduce_sum(part, dot, dim=0)
             if routed:
                 weight_grad[idx // K, idx % K] = dot[0]
 

@@ -112,6 +112,11 @@ def per_channel_cast_fused(
     q, scale = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, inputs)
     if dims["P"] == 0 or dims["N"] == 0:
         return q, scale
+    if dims["T"] == 0:
+        # Every row is a zero row (no index is below T): the kernel reads no x, but the
+        # launcher refuses the NULL pointer of an empty tensor, so it gets a 1-row stand-in.
+        x = x.new_zeros((1, dims["N"]))
+        x_sf = None if x_sf is None else x_sf.new_zeros((1, max(x_sf.shape[1], 1)))
     tensors = (x, x_sf, pos_to_token, q, scale)
     SCHEMA.launch(
         bound.picked["X"], bound.device, tensors, _row_group_cast.ROUND_SF[round_sf], dims
