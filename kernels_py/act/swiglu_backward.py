@@ -70,7 +70,6 @@ def _kernel(out_dtype: str, p: int, cuda: bool):
     Tn = T.dynamic("T")
     K = T.dynamic("K")
     chunk = THREADS * VEC
-    width = T.int32(VEC)
     fma = T.ieee_fmaf if cuda else T.fma
 
     @T.prim_func
