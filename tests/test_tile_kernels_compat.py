@@ -494,7 +494,7 @@ def test_row_weights_are_tilekernels_reference_weights():
     multiplies each row by (``swiglu_forward`` with pos_to_token_topk, -1 rows included)."""
     swiglu_forward = tk("swiglu").swiglu_forward
     x = t(8, 256, dtype=F32)
-    w_rows = quant._row_weights("f", PTT, TOPK_W)
+    w_rows = served.row_weights("f", PTT, TOPK_W)
     ours = swiglu_forward(x) * w_rows[:, None]
     assert torch.equal(ours, swiglu_forward(x, PTT, TOPK_W))
 

@@ -71,3 +71,14 @@ def float_to_ue8m0(func: str, sf: torch.Tensor) -> torch.Tensor:
             "round_sf=True) writes them); tileaot decodes FP4 only with UE8M0 scales"
         )
     return (bits >> 23).to(torch.uint8)
+
+
+def row_weights(func: str, pos_to_token_topk: torch.Tensor, topk_weights: Any) -> torch.Tensor:
+    """The float32 weight of each expanded row: its (token, slot)'s, 0 for position -1."""
+    if not isinstance(topk_weights, torch.Tensor):
+        raise ValueError(f"tileaot.tile_kernels.{func}: pos_to_token_topk needs topk_weights")
+    flat = topk_weights.reshape(-1).float()
+    pos = pos_to_token_topk.long()
+    if flat.numel() == 0:
+        return torch.zeros(pos.shape, dtype=torch.float32, device=pos.device)
+    return torch.where(pos >= 0, flat[pos.clamp(min=0)], 0.0)

@@ -13,7 +13,14 @@ import torch
 import tileaot
 
 from ..per_token_cast_fp8 import GROUPS  # FP8 group widths (cast_back reads the same)
-from ._served import float_to_ue8m0, not_served, require, require_none, ue8m0_to_float
+from ._served import (
+    float_to_ue8m0,
+    not_served,
+    require,
+    require_none,
+    row_weights,
+    ue8m0_to_float,
+)
 
 QuantTensor = tuple[torch.Tensor, torch.Tensor]
 
@@ -210,7 +217,7 @@ def swiglu_forward_and_per_token_cast(
     )
     weights = None
     if pos_to_token_topk is not None:  # TileKernels ignores topk_weights without it
-        weights = _row_weights(func, pos_to_token_topk, topk_weights)
+        weights = row_weights(func, pos_to_token_topk, topk_weights)
     return tileaot.swiglu_per_token_cast_fp8(x, weights, swiglu_clamp_value, round_sf=round_sf)
 
 
@@ -321,14 +328,3 @@ def _fp8_layout(func: str, q: Any, block: tuple[str, Any], size: Any) -> str:
         else f"(1, 32), (1, 64), (1, 128), (128, 128), (1, hidden={hidden})"
     )
     raise not_served(func, arg, value, served)
-
-
-def _row_weights(func: str, pos_to_token_topk: torch.Tensor, topk_weights: Any) -> torch.Tensor:
-    """The float32 weight of each expanded row: its (token, slot)'s, 0 for position -1."""
-    if not isinstance(topk_weights, torch.Tensor):
-        raise ValueError(f"tileaot.tile_kernels.{func}: pos_to_token_topk needs topk_weights")
-    flat = topk_weights.reshape(-1).float()
-    pos = pos_to_token_topk.long()
-    if flat.numel() == 0:
-        return torch.zeros(pos.shape, dtype=torch.float32, device=pos.device)
-    return torch.where(pos >= 0, flat[pos.clamp(min=0)], 0.0)

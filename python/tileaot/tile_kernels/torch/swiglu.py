@@ -7,7 +7,7 @@ import torch
 
 import tileaot
 
-from .._served import require
+from .._served import require, row_weights
 
 QuantTensor = tuple[torch.Tensor, torch.Tensor]
 
@@ -42,9 +42,7 @@ def swiglu_forward(
         xf = torch.cat([gate.clamp(max=c), up.clamp(min=-c, max=c)], dim=-1)
     out = tileaot.swiglu(xf)
     if pos_to_token_topk is not None:  # TileKernels ignores topk_weights without it
-        from ..quant import _row_weights
-
-        out = out * _row_weights("swiglu_forward", pos_to_token_topk, topk_weights)[:, None]
+        out = out * row_weights("swiglu_forward", pos_to_token_topk, topk_weights)[:, None]
     return out
 
 
