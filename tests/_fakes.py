@@ -43,6 +43,7 @@ __all__ = [
     "fake",
     "meta",
     "misaligned",
+    "new_empty_calls",
     "out_refusals",
     "refusals_test",
     "t",
@@ -154,6 +155,20 @@ def misaligned(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor
     """A contiguous view starting one element past an aligned allocation."""
     n = math.prod(shape)
     return torch.zeros(n + 16, dtype=dtype)[1 : n + 1].view(shape)
+
+
+def new_empty_calls(monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    """Every tensor `Tensor.new_empty` makes from now on, in order: how a test gets hold of
+    the workspace a wrapper allocates for its scratch."""
+    made: list[torch.Tensor] = []
+    real = torch.Tensor.new_empty
+
+    def new_empty(self, *args, **kwargs):
+        made.append(real(self, *args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(torch.Tensor, "new_empty", new_empty)
+    return made
 
 
 def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:

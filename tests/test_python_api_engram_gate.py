@@ -11,7 +11,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _fakes import STREAM, Launch, cpu_as_cuda, fake, meta, misaligned, refusals_test, t, tileaot  # noqa: E402, F401
+from _fakes import (  # noqa: E402, F401
+    STREAM,
+    Launch,
+    cpu_as_cuda,
+    fake,
+    meta,
+    misaligned,
+    new_empty_calls,
+    refusals_test,
+    t,
+    tileaot,
+)
 from _kernel_args import pointer  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
@@ -421,14 +432,7 @@ def test_forward_without_rows_does_not_launch(fake, cpu_as_cuda, shape):
 )
 def test_backward_launch_arguments(fake, cpu_as_cuda, shape, key, blocks, monkeypatch):
     dtype = {"bf16": BF16, "fp32": F32}[key]
-    made = []
-    real_new_empty = torch.Tensor.new_empty
-
-    def new_empty(self, *args, **kwargs):
-        made.append(real_new_empty(self, *args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(torch.Tensor, "new_empty", new_empty)
+    made = new_empty_calls(monkeypatch)
     x = ins(*shape, dtype=dtype)
     go = t(*shape, dtype=dtype)
     saved = stats(*shape)
@@ -466,14 +470,7 @@ def test_backward_per_branch_weights_use_whole_groups_of_blocks(
 ):
     """Blocks come in groups of one per weight row (B a multiple of G): SMS * 4 = 528 for
     the generic H = 1000 is one already; fewer rows than that give one block per row."""
-    made = []
-    real_new_empty = torch.Tensor.new_empty
-
-    def new_empty(self, *args, **kwargs):
-        made.append(real_new_empty(self, *args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(torch.Tensor, "new_empty", new_empty)
+    made = new_empty_calls(monkeypatch)
     h, k, v, _, _ = ins(tokens, 4, 1000)
     w_h, w_k = t(4, 1000), t(4, 1000)
     grads = gate_bwd(t(tokens, 4, 1000), h, k, v, w_h, w_k, saved=stats(tokens, 4, 1000),

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _fakes import STREAM, cpu_as_cuda, fake, t, tileaot  # noqa: F401 - fixtures
+from _fakes import STREAM, cpu_as_cuda, fake, new_empty_calls, t, tileaot  # noqa: F401 - fixtures
 from _lowering import needs_tilelang
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
@@ -579,8 +579,29 @@ int32_t tileaot_tensor_param(int32_t, int32_t, const char**, uint32_t*) { return
 int32_t tileaot_tensor_ndim(int32_t, int32_t) { return 2; }
 }
 
-// argv: T H K E fp8 -> "<C ABI bytes> <ops.hpp bytes>"
+// engram_gate_backward's scratch: B, the launch's block count, is a parameter of its own.
+static int engram(int64_t m, int64_t h, int64_t b) {
+  using tileaot::DType;
+  using tileaot::TensorView;
+  static char mem[16];
+  const TensorView rows(mem, {m, h}, DType::kBFloat16), w(mem, {1, h}, DType::kBFloat16),
+      stat(mem, {m}, DType::kFloat32), wg(mem, {1, h}, DType::kFloat32);
+  // every tensor's dims in parameter order, the scratch partial[B, H] last
+  const int64_t shapes[] = {m, h, m, h, m, h, m, h, 1, h, 1, h, m, m, m, m,
+                            m, h, m, h, m, h, 1, h, 1, h, b, h};
+  int64_t bytes = -1;
+  if (tileaot_workspace_size("engram_gate_backward", "bf16", shapes, 28, &bytes) != 0) return 1;
+  const size_t typed = tileaot::engram_gate_backward_workspace_size(
+      rows, rows, rows, rows, w, w, stat, stat, stat, stat, rows, rows, rows, wg, wg, b);
+  std::printf("%lld %zu\n", static_cast<long long>(bytes), typed);
+  return 0;
+}
+
+// argv: T H K E fp8 (moe_expand) or engram_gate_backward M H B -> "<C ABI bytes> <ops.hpp bytes>"
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "engram_gate_backward") {
+    return engram(std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]));
+  }
   if (argc != 6) return 2;
   const int64_t t = std::atoll(argv[1]), h = std::atoll(argv[2]), k = std::atoll(argv[3]),
                 e = std::atoll(argv[4]), g = h / 128, p = 1;  // P does not enter the scratch
@@ -678,6 +699,30 @@ def test_workspace_sizes_in_cpp_match_the_wrappers_allocation(
     want = [_schema._lambda(o, "test")(dims) for o in schema.workspace_layout()[0]]
     assert [p - base for p in ptrs] == want and all(w % 16 == 0 for w in want)
     assert want[-1] + tokens * k * 4 == ws.nbytes
+
+
+@pytest.mark.parametrize("shape", [(4096, 7168), (8, 4, 2048), (600, 1000), (3, 64)])
+def test_engram_gate_backward_workspace_in_cpp_matches_the_wrapper(
+    workspace_program, fake, cpu_as_cuda, monkeypatch, shape
+):
+    """engram_gate_backward's scratch (fp32 partial[B, H], B the wrapper's block count):
+    tileaot_workspace_size and tileaot::engram_gate_backward_workspace_size give the bytes the
+    wrapper allocates, for the B it launches with; the scratch starts the workspace."""
+    made = new_empty_calls(monkeypatch)
+    monkeypatch.setattr(_module("engram_gate_backward"), "_sm_count", lambda device: 132)
+    m, h = shape[0] * (shape[1] if len(shape) == 3 else 1), shape[-1]
+    rows = [t(*shape) for _ in range(4)]
+    weights = [t(h), t(h)]
+    stats = [t(*shape[:-1], dtype=torch.float32) for _ in range(4)]
+    tileaot.engram_gate_backward(rows[0], *rows[1:], *weights, saved=stats)
+    ws = made[-1]  # the workspace, allocated after the gradients
+    (launch,) = fake.launches
+    blocks = launch.shapes[-2]  # partial[B, H], the last tensor
+    assert launch.shapes[-1] == h and launch.ptrs[-1] == ws.data_ptr()
+    argv = [str(workspace_program), "engram_gate_backward", str(m), str(h), str(blocks)]
+    run = subprocess.run(argv, check=True, capture_output=True, text=True)
+    c_abi, typed = map(int, run.stdout.split())
+    assert c_abi == typed == ws.nbytes == blocks * h * 4
 
 
 def test_the_cpp_header_spells_each_key_as_the_schema_does():
