@@ -11,6 +11,8 @@ every value. Both outputs are poisoned (0xFF bytes) first, so a value left unwri
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from _fused_mapping import fused_mapping
 from _gpu_helpers import assert_every_variant_exercised, behind_a_busy_stream, selected
@@ -97,6 +99,16 @@ def test_with_tile_kernels_mapping_and_cast():
         pte, _, _, pos, *_ = tkm.get_fused_mapping(idx, 256, 0, 128)
     except Exception as e:  # noqa: BLE001 - TileKernels' JIT needs its own toolchain
         pytest.skip(f"TileKernels' get_fused_mapping does not run here ({type(e).__name__})")
+    routed = pos[pos >= 0]
+    if routed.numel() != torch.unique(routed).numel():
+        # Seen under compute-sanitizer racecheck only (8 and 12 positions given twice in two of
+        # three runs; none without it): its mapping kernel then breaks, which is not ours to
+        # test (bench/results/2026-12-04b-h200.md). Anywhere else the test cannot judge either.
+        dup = routed.numel() - torch.unique(routed).numel()
+        msg = f"TileKernels' get_fused_mapping gave {dup} positions twice"
+        if os.environ.get("TILEAOT_SANITIZE"):
+            pytest.skip(msg + " (under compute-sanitizer)")
+        pytest.fail(msg)
     q, sf = tileaot.per_token_cast_fp8(torch.randn(2048, 7168, device="cuda").bfloat16(), 128)
     for col in (False, True):
         got = tileaot.expand_to_fused_with_sf(q, sf, pos, pte, use_tma_aligned_col_major_sf=col)

@@ -226,10 +226,12 @@ def test_lower_fused_static_has_exact_silu_and_one_multiply_per_element():
 @needs_tilelang
 def test_lower_fused_generic_flat_pairs():
     """Generic H: (row, group) pairs on a 1-D grid (a (row, group tile) grid idles threads in
-    each row's last tile unless 8 divides H / 128), the pair's row divided once in int32 (in an
-    index TileLang widens the division to int64), gate and up in 16-byte loads."""
+    each row's last tile unless the tile divides H / 128), each pair's row divided once in
+    int32 (in an index TileLang widens the division to int64; it vectorises a thread's two into
+    one int2), gate and up in 16-byte loads."""
     src = lower_source(swq.factory(arch="sm_90a", dtype="bfloat16"), "sm_90a", "swq_flat_test")
     assert "blockIdx.y" not in src
-    assert src.count(" / (H >> 7))") == 1
+    pairs_per_thread = swq.FLAT_GROUPS * (swq.GROUP // swq.VEC) // swq.THREADS
+    assert src.count(" / (H >> 7))") + src.count("/v__1.") == pairs_per_thread == 2
     assert "/ (((int64_t)" not in src and "% (((int64_t)" not in src
     assert src.count("*(uint4*)(x + ") == 2

@@ -137,13 +137,16 @@ def test_generic_swiglu_streams_16_byte_vectors(tmp_path):
     assert in_flight >= MIN_BYTES_IN_FLIGHT, (usage, blocks, in_flight)
 
 
-# Issue 20: a generic variant's registers at most its specialised siblings' (48-56 for swiglu,
-# 35-36 for swiglu_per_token_cast_fp8 on sm_90a, NVRTC 12.9) plus a little for the runtime
-# strides. Both were once set by something other than the path that streams: swiglu's fully
-# unrolled element path (128 for bf16/fp16, 66 for fp32) and, in a first flat fp8 layout, an
-# int64 division inside every index (40).
+# Issue 20: a generic variant's registers at most its specialised siblings' (48-56 for swiglu
+# on sm_90a, NVRTC 12.9) plus a little for the runtime strides. It was once set by something
+# other than the path that streams: swiglu's fully unrolled element path (128 for bf16/fp16,
+# 66 for fp32). swiglu_per_token_cast_fp8's generic kernel holds two (row, group) pairs per
+# thread (32 fp32 of gate and up: 56 registers, against 35-36 for one pair in the specialised
+# ones), which was faster on the H200 (kernels_py/act/swiglu_per_token_cast_fp8.py FLAT_GROUPS);
+# its bound is that, and the loads in flight it leaves. A first flat layout with an int64
+# division inside every index took 40 for one pair.
 SWIGLU_GENERIC_MAX_REGS = 60
-SWIGLU_FP8_GENERIC_MAX_REGS = 38
+SWIGLU_FP8_GENERIC_MAX_REGS = 58
 
 
 @needs_tilelang
@@ -168,6 +171,9 @@ def test_generic_swiglu_per_token_cast_fp8_streams_16_byte_vectors(tmp_path):
     sass, usage = _sass(op.factory(arch="sm_90a", dtype="bfloat16"), "swq_g", tmp_path)
     assert _accesses(sass)["ld128"] >= 2, _accesses(sass)
     assert usage["REG"] <= SWIGLU_FP8_GENERIC_MAX_REGS, usage
+    pairs = op.FLAT_GROUPS * (op.GROUP // op.VEC) // op.THREADS  # per thread
+    in_flight = _blocks_per_sm(op.THREADS, usage) * op.THREADS * 2 * pairs * 16  # gate + up
+    assert in_flight >= MIN_BYTES_IN_FLIGHT, (usage, in_flight)
 
 
 @needs_tilelang

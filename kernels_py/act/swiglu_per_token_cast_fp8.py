@@ -26,12 +26,12 @@ ulp). It costs ~13 more instructions per element than ``__expf`` and ``rcp.appro
 the kernel used before it followed TileKernels (one e4m3 step off in ~1e-5 of codes).
 
 One kernel, one read of x (and of the weights), one write of q and scale; everything else
-stays in registers. A block of 128 threads owns ``GROUPS`` (row, group) pairs: for static H
-``ROWS`` rows x ``GROUPS`` consecutive groups (grid rows x group tiles); for generic H the
-``GROUPS`` consecutive pairs ``b * GROUPS + c`` of the row-major M x H/128 pairs (1-D grid,
-_Flat), so no thread idles when 8 does not divide H/128. Each thread holds one 16-byte vector
-(8 bf16) of gate and of up per pair, so a group's amax is an 8-element register max plus a
-16-lane shuffle reduction.
+stays in registers. A block of 128 threads owns ``GROUPS`` = 8 (row, group) pairs for static
+H: ``ROWS`` rows x 8 consecutive groups (grid rows x group tiles); for generic H the
+``FLAT_GROUPS`` = 16 consecutive pairs ``b * 16 + c`` of the row-major M x H/128 pairs (1-D
+grid, _Flat), so no thread idles when 16 does not divide H/128. Each thread holds one 16-byte
+vector (8 bf16) of gate and of up per pair (two pairs for generic H), so a group's amax is an
+8-element register max plus a 16-lane shuffle reduction.
 
 Cost (SASS, per element): ~35 instructions on sm_90a (+3 with the clamp); sm_70/sm_80 cubins
 (also run on sm_86/89) convert to e4m3 in software (no cvt.e4m3x2 before sm_89), issue-bound
@@ -68,6 +68,12 @@ STATIC_H = (2048, 4096, 7168, 18432)
 THREADS = 128
 ROWS = 1  # rows per block: 16 fp32 of gate+up per thread keeps registers low (occupancy)
 GROUPS = 8  # 128-column groups per block: 1 x 8 x 128 outputs, 8 per thread
+# Generic H: 16 pairs per block, two per thread. The flat layout's per-thread index work (the
+# row division, 64-bit addresses, bounds) is then shared by 16 elements instead of 8: on the
+# H200, 32768 x 2*1408 runs in 81.3 us against 96.9 with 8 (and 115.3 with 32; 16 pairs on 256
+# threads 97.5), outputs identical (bench/tune.py, bench/results/2026-12-04b-h200.md). Static H
+# stays at 8: 16 made H = 7168 slower (424.3 against 331.5 us), as 56 groups are not whole tiles.
+FLAT_GROUPS = 16
 VEC = 8  # bf16 elements per 16-byte vector
 
 
@@ -90,6 +96,7 @@ def _kernel(dtype: str, h: int | None):
     H = T.dynamic("H") if h is None else h
     G = H // GROUP
     at = _Tiled(M, G) if h is not None else _Flat(T, M, G)
+    n = at.groups  # (row, group) pairs per block
 
     @T.prim_func
     def swiglu_per_token_cast_fp8(
@@ -107,48 +114,48 @@ def _kernel(dtype: str, h: int | None):
                 T.assume(H % GROUP == 0)
                 # Each pair's row in an int32 register: a division inside an index would be
                 # widened to int64 (a ~30-instruction software division per use).
-                rows = T.alloc_fragment((ROWS, GROUPS), "int32")
-                for r, c in T.Parallel(ROWS, GROUPS):
-                    rows[r, c] = T.truncdiv(bm * GROUPS + c, G)
+                rows = T.alloc_fragment((ROWS, n), "int32")
+                for r, c in T.Parallel(ROWS, n):
+                    rows[r, c] = T.truncdiv(bm * n + c, G)
                 flat = (T.view(x, (M * 2 * H,)), T.view(q, (M * H,)), T.view(scale, (M * G,)))
                 at.bind(rows, *flat)
-            g = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
-            u = T.alloc_fragment((ROWS, GROUPS, GROUP), "float32")
-            s = T.alloc_fragment((ROWS, GROUPS), "float32")  # amax, then the scale
-            y = T.alloc_fragment((ROWS, GROUPS), "float32")  # the multiplier inv
-            wr = T.alloc_fragment((ROWS, GROUPS), "float32")  # row weight, per (row, group)
+            g = T.alloc_fragment((ROWS, n, GROUP), "float32")
+            u = T.alloc_fragment((ROWS, n, GROUP), "float32")
+            s = T.alloc_fragment((ROWS, n), "float32")  # amax, then the scale
+            y = T.alloc_fragment((ROWS, n), "float32")  # the multiplier inv
+            wr = T.alloc_fragment((ROWS, n), "float32")  # row weight, per (row, group)
             # Gate and up in separate loops: one loop with both loads halves the vector width.
-            for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
+            for r, c, j in T.Parallel(ROWS, n, GROUP, coalesced_width=width):
                 g[r, c, j] = T.if_then_else(at.inside(bm, bg, r, c), at.x(x, bm, bg, r, c, j), 0)
-            for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
+            for r, c, j in T.Parallel(ROWS, n, GROUP, coalesced_width=width):
                 u[r, c, j] = T.if_then_else(
                     at.inside(bm, bg, r, c), at.x(x, bm, bg, r, c, j, up=True), 0
                 )
             if limit <= FLT_MAX:  # uniform branch: +inf means no clamp
-                for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
+                for r, c, j in T.Parallel(ROWS, n, GROUP):
                     g[r, c, j] = T.min(g[r, c, j], limit)
                     u[r, c, j] = T.max(T.min(u[r, c, j], limit), -limit)
-            for r, c in T.Parallel(ROWS, GROUPS):  # one weight load per thread
+            for r, c in T.Parallel(ROWS, n):  # one weight load per thread
                 wr[r, c] = T.if_then_else(
                     (weighted != 0) & at.row_inside(bm, bg, r, c),
                     weights[at.row(bm, bg, r, c)],
                     1.0,
                 )
-            for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
+            for r, c, j in T.Parallel(ROWS, n, GROUP):
                 g[r, c, j] = silu_mul(T, g[r, c, j], u[r, c, j]) * wr[r, c]
                 u[r, c, j] = T.abs(g[r, c, j])
             T.reduce_max(u, s, dim=2)  # |a| >= 0, so the -inf start value never survives
-            for r, c in T.Parallel(ROWS, GROUPS):
+            for r, c in T.Parallel(ROWS, n):
                 wr[r, c] = T.max(s[r, c], AMAX_FLOOR)  # the clamped amax (wr is free again)
                 s[r, c] = scale_of(T, wr[r, c], FP8_MAX, round_sf)
                 y[r, c] = inv_of(T, wr[r, c], s[r, c], FP8_MAX, round_sf)
                 if at.inside(bm, bg, r, c):
                     at.scale_out(scale)[at.scale_index(bm, bg, r, c)] = s[r, c]
-            for r, c, j in T.Parallel(ROWS, GROUPS, GROUP):
+            for r, c, j in T.Parallel(ROWS, n, GROUP):
                 g[r, c, j] = T.ieee_mul(g[r, c, j], y[r, c])
             # A separate cast-and-store loop lets TileLang pair the fp8 conversions (cvt.x2)
             # and store 8 bytes per vector; the conversion saturates at 448 (SATFINITE).
-            for r, c, j in T.Parallel(ROWS, GROUPS, GROUP, coalesced_width=width):
+            for r, c, j in T.Parallel(ROWS, n, GROUP, coalesced_width=width):
                 if at.inside(bm, bg, r, c):
                     at.q_out(q)[at.q_index(bm, bg, r, c, j)] = g[r, c, j]
 
@@ -158,6 +165,8 @@ def _kernel(dtype: str, h: int | None):
 class _Tiled:
     """Static H: block (bm, bg) owns rows ``bm * ROWS + r`` x groups ``bg * GROUPS + c``.
     Every specialised H is a multiple of GROUPS groups (1024 columns), so no thread idles."""
+
+    groups = GROUPS
 
     def __init__(self, M, G):
         self.M, self.G = M, G
@@ -197,20 +206,23 @@ class _Tiled:
 
 
 class _Flat:
-    """Generic H: the M x G (row, group) pairs in row-major order, GROUPS consecutive pairs per
-    block on a 1-D grid (gridDim.y = 1), pair ``bm * GROUPS + c`` = row ``pair / G``, group
-    ``pair % G``. A (row, group-tile) grid would leave threads idle in each row's last tile
-    unless 8 divides G (H = 1408: G = 11 on two tiles, 69 % busy); here only the last block
-    can hold a partial tile. On flat views, pair p's q group is group p, its scale element p,
-    and its gate group ``p + row * G`` of x (x rows hold 2G groups), its up group G further:
-    one int32 division per thread (M * G < 2^23: the wrapper refuses 2^31 elements of x)."""
+    """Generic H: the M x G (row, group) pairs in row-major order, FLAT_GROUPS consecutive
+    pairs per block on a 1-D grid (gridDim.y = 1), pair ``bm * FLAT_GROUPS + c`` = row
+    ``pair / G``, group ``pair % G``. A (row, group-tile) grid would leave threads idle in
+    each row's last tile unless the tile divides G (H = 1408: G = 11 on two 8-group tiles, 69 %
+    busy); here only the last block can hold a partial tile. On flat views, pair p's q group is
+    group p, its scale element p, and its gate group ``p + row * G`` of x (x rows hold 2G
+    groups), its up group G further: one int32 division per pair (M * G < 2^23: the wrapper
+    refuses 2^31 elements of x)."""
+
+    groups = FLAT_GROUPS
 
     def __init__(self, T, M, G):
-        assert ROWS == 1, "the flat layout maps one pair per 16 threads"
+        assert ROWS == 1, "the flat layout maps pairs, one row each"
         self.M, self.G = M, G
 
     def grid(self, T):
-        return ceildiv(T, self.M * self.G, GROUPS), 1
+        return ceildiv(T, self.M * self.G, FLAT_GROUPS), 1
 
     def bind(self, rows, xf, qf, sf):
         """``rows``: the int32 fragment of ``pair / G`` per (r, c), computed once per thread
@@ -220,7 +232,7 @@ class _Flat:
         self.rows, self.xf, self.qf, self.sf = rows, xf, qf, sf
 
     def _pair(self, bm, c):
-        return bm * GROUPS + c
+        return bm * FLAT_GROUPS + c
 
     def row(self, bm, bg, r, c):
         return self.rows[r, c]
