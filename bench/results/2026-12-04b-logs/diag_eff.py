@@ -31,7 +31,8 @@ for trial in range(3):
     dup_idx = sum(len(set(r.tolist())) != len(r) for r in idx.cpu())
     print(
         f"trial {trial}: P={P} routed={routed.sum().item()} padding={(pte < 0).sum().item()} "
-        f"neither={neither} dup_pos={dup} out_of_range={bad_range} tokens_with_dup_experts={dup_idx}"
+        f"neither={neither} dup_pos={dup} out_of_range={bad_range} "
+        f"tokens_with_dup_experts={dup_idx}"
     )
     for col in (False, True):
         out, out_sf = tileaot.expand_to_fused_with_sf(
