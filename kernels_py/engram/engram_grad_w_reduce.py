@@ -23,7 +23,10 @@ Each thread owns ``VEC`` = 4 columns of one weight row (16-byte float32 vectors)
 the P partial rows ``UNROLL`` at a time (their loads in flight together, their adds in
 order); a block of ``THREADS`` threads covers ``THREADS * VEC`` columns, the grid is
 ``ceil(H / (THREADS * VEC)) x GW`` (small blocks: at H = 7168, GW = 4 there are 112 blocks
-for 132 SMs, twice TileKernels' 56 of 512 columns). P, GW and H are run-time sizes (one
+for 132 SMs, twice TileKernels' 56 of 512 columns). The kernel has few threads (one per 4
+columns), so its loads in flight make its speed: 32 rows of 16 bytes per thread, as many
+bytes as TileKernels' 33-row shared-memory stages (not yet measured on a GPU; ``UNROLL`` and
+``THREADS`` are the constants to tune). P, GW and H are run-time sizes (one
 generic variant); ``H % 4 == 0`` takes 16-byte accesses, other H element accesses.
 """
 
@@ -35,7 +38,7 @@ DTYPES = ("bfloat16",)
 THREADS = 64
 VEC = 4  # float32 elements per 16-byte vector
 COLS = THREADS * VEC  # columns per block
-UNROLL = 8  # partial rows loaded before they are added
+UNROLL = 32  # partial rows loaded before they are added: 512 bytes per thread in flight
 
 
 def factory(arch: str, dtype: str):
