@@ -470,6 +470,7 @@ NO_SIGMOID = "TileKernels' topk_gate returns no sigmoid weights (its sigmoid rou
 NO_FP32_OUT = "TileKernels' reduce_fused writes x's dtype or e4m3: no fp32 out of bf16"
 EXPAND = "get_fused_mapping (row count given: no host sync) + expand_to_fused"
 ENGRAM_BWD = f"engram_gate_bwd + grad_w_reduce; {V_LAYOUT}"
+GWR = "grad_w_reduce of engram_gate_bwd's partials [SMs, G, H]"
 AUTOGRAD = "through autograd"
 
 
@@ -644,10 +645,12 @@ CASES: list[Case] = [
          ("engram_gate_backward bf16", M, _engram_gate_backward(8192, 4, 7168), ENGRAM_BWD),
          ("engram_gate_backward bf16", MB, _engram_gate_backward(128, 4, 4096), ENGRAM_BWD),
          bench="engram_gate"),
-    # Ops landing on other branches: no bench/ops file here yet, so no label to pair with.
-    *_op("grad_w_reduce",
-         (None, M, _grad_w_reduce(8192, 4, 7168), "reduces engram_gate_bwd's partials")),
-    *_op("fused_weight", (None, "4x7168", _fused_weight(4, 7168))),
+    *_op("engram_grad_w_reduce",
+         ("engram_grad_w_reduce p132 g4", "4x7168", _grad_w_reduce(8192, 4, 7168), GWR),
+         ("engram_grad_w_reduce p132 g4", "4x4096", _grad_w_reduce(128, 4, 4096), GWR)),
+    *_op("engram_fused_weight",
+         ("engram_fused_weight bf16", "4x7168", _fused_weight(4, 7168)),
+         ("engram_fused_weight bf16", "64x7168", _fused_weight(64, 7168))),
     *_op("engram_hash", ("engram_hash n3 l2 e8", "32768", _engram_hash(32768))),
     *_op("mhc_pre_split_mixes",
          ("mhc_pre_split_mixes r4", "4x8192x24", _pre_split_mixes(4, 8192))),

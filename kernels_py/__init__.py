@@ -51,6 +51,8 @@ OP_MODULES = (
     "kernels_py.engram.engram_gate_save",
     "kernels_py.engram.engram_gate_backward",
     "kernels_py.engram.engram_hash",
+    "kernels_py.engram.engram_fused_weight",
+    "kernels_py.engram.engram_grad_w_reduce",
     "kernels_py.quant.per_token_cast_fp4",
     "kernels_py.quant.cast_back_fp4",
     "kernels_py.quant.per_channel_cast_fp8",

@@ -1141,6 +1141,45 @@ def engram_hash(d: Draw) -> Call:
     return c
 
 
+def engram_fused_weight(d: Draw) -> Call:
+    """Written from tileaot.engram_fused_weight's docstring: bf16 w_h, w_k [GW, H] (any H) ->
+    float32 [GW, H], exact; no element launches nothing."""
+    gw, n = d.size(6), d.size(300)
+    w_h, w_k = d.randn((gw, n), BF16, 4.0), d.randn((gw, n), BF16, 4.0)
+    c = Call({"w_h": w_h, "w_k": w_k}, [((gw, n), FP32)], gw * n > 0)
+    d.outs(c, [("out", (gw, n), FP32)], pair=False)
+    c.slot(("w_h",), "w_h", (BF16,), (0, 1))
+    c.slot(("w_k",), "w_k", (BF16,), (0, 1))
+    # bit-exact (tests/test_gpu_engram_fused_weight.py)
+    c.check = lambda w: _same_bits([w], [_ref("engram.engram_fused_weight")(w_h, w_k)])
+    return c
+
+
+def engram_grad_w_reduce(d: Draw) -> Call:
+    """Written from tileaot.engram_grad_w_reduce's docstring: float32 grad_w_partial [P, GW,
+    H] (any P, P = 0 included), bf16 w_h, w_k and float32 acc_h, acc_k [GW, H] -> float32
+    (grad_w_h, grad_w_k) [GW, H]; no element of them launches nothing."""
+    p, gw, n = d.size(40, big=False), d.size(6), d.size(300)
+    partial = d.randn((p, gw, n), FP32)
+    w_h, w_k = d.randn((gw, n), BF16), d.randn((gw, n), BF16)
+    acc_h, acc_k = d.randn((gw, n), FP32), d.randn((gw, n), FP32)
+    args = {"grad_w_partial": partial, "w_h": w_h, "w_k": w_k, "acc_h": acc_h, "acc_k": acc_k}
+    c = Call(args, [((gw, n), FP32), ((gw, n), FP32)], gw * n > 0)
+    names = ("out[0] (grad_w_h)", "out[1] (grad_w_k)")
+    d.outs(c, [(name, (gw, n), FP32) for name in names])
+    c.slot(("grad_w_partial",), "grad_w_partial", (FP32,), (1, 2))
+    for name, dt in (("w_h", BF16), ("w_k", BF16), ("acc_h", FP32), ("acc_k", FP32)):
+        c.slot((name,), name, (dt,), (0, 1))
+
+    def check(result: Any) -> None:  # the reference's emulated fma: ties aside, bit-exact
+        want = _ref("engram.engram_grad_w_reduce")(partial, w_h, w_k, acc_h, acc_k)
+        for got, ref in zip(result, want, strict=True):
+            _close(got, ref, rtol=2**-23, atol=0.0)
+
+    c.check = check
+    return c
+
+
 def moe_expand(d: Draw) -> Call:
     fp8 = d.flag()
     t, k, e = d.size(30), d.size(8), d.int(1, 40)
@@ -1455,6 +1494,8 @@ BUILDERS = {
         aux_fi,
         inplace_unique_group_indices,
         engram_hash,
+        engram_fused_weight,
+        engram_grad_w_reduce,
         moe_expand,
         expand_to_fused,
         expand_to_fused_with_sf,

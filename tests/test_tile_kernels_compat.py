@@ -144,6 +144,13 @@ FUSED_POS = torch.tensor([[0, 8], [9, -1], [4, 1], [2, 3], [10, 16]], dtype=I32)
 FUSED_PTE = torch.tensor([0] * 4 + [1] + [-1] * 3 + [2] * 3 + [-1] * 5 + [3] + [-1] * 23, dtype=I32)
 MIX, COMB = t(2, 3, 4, 1, dtype=F32), t(2, 3, 4, 4, dtype=F32)
 ENG_H, ENG_K, ENG_V, ENG_W = t(2, 4, 256), t(2, 4, 256), t(2, 256), t(4, 256)
+GWR_P = t(6, 4, 256, dtype=F32)  # grad_w_reduce's partials (6 blocks)
+
+
+def GWR_ACC():  # noqa: N802 (a constant's maker: fresh accumulators, updated in place)
+    return t(4, 256, dtype=F32), t(4, 256, dtype=F32)
+
+
 HASH_IDS, HASH_MULT = t(9, 3, dtype=I32), t(2, 3, dtype=torch.int64)
 HASH_SIZES, HASH_OFFSETS = t(2, 2, 8, dtype=I32), t(2, 16, dtype=I32)
 NORM_FN = t(24, 4 * 256, dtype=F32)
@@ -451,6 +458,18 @@ CASES = [
         [(I32, (2, 9, 16))],
     ),
     (
+        "fused_weight",
+        lambda: compat.engram.fused_weight(ENG_W, ENG_W),
+        lambda: tileaot.engram_fused_weight(ENG_W, ENG_W),
+        [(F32, (4, 256))],
+    ),
+    (
+        "grad_w_reduce",  # in place: the gradients it updated
+        lambda: (compat.engram.grad_w_reduce(GWR_P, ENG_W, ENG_W, *(g := GWR_ACC())), *g)[1:],
+        lambda: tileaot.engram_grad_w_reduce(GWR_P, ENG_W, ENG_W, *GWR_ACC()),
+        [(F32, (4, 256))] * 2,
+    ),
+    (
         "sinkhorn_normalize",
         lambda: ops.sinkhorn_normalize(SINK.transpose(1, 2), 20, 1e-5),
         lambda: tileaot.sinkhorn_normalize(SINK.transpose(1, 2).contiguous(), 20, 1e-5),
@@ -537,7 +556,9 @@ def _stand_ins() -> dict:
     from kernels_py.act import swiglu as sw
     from kernels_py.act import swiglu_backward as swb
     from kernels_py.act import swiglu_per_token_cast_fp8 as swq
+    from kernels_py.engram import engram_fused_weight as efw
     from kernels_py.engram import engram_gate as eg
+    from kernels_py.engram import engram_grad_w_reduce as egw
     from kernels_py.engram import engram_hash as eh
     from kernels_py.mhc import expand_to_mhc as ex
     from kernels_py.mhc import mhc_head_compute_mix as hcm
@@ -607,6 +628,8 @@ def _stand_ins() -> dict:
         "mhc_post": _no_out(mp.reference),
         "engram_gate": lambda *args: eg.reference(*args)[0],
         "engram_hash": _no_out(eh.reference),
+        "engram_fused_weight": _no_out(efw.reference),
+        "engram_grad_w_reduce": _no_out(egw.reference),
         "mhc_pre_norm_fn": _weighted_norm_fn,
         "mhc_pre_split_mixes": _no_out(psm.reference),
         "mhc_head_compute_mix": _no_out(hcm.reference),
@@ -709,6 +732,7 @@ def _tk_cases():
     mult = torch.randint(-(2**62), 2**62, (3, 4), generator=g)  # int64 products wrap
     sizes = torch.randint(1, 2**31 - 1, (3, 3, 5), generator=g, dtype=I32)
     hashed = (ngrams, mult, sizes, tk("engram").make_offsets(sizes))  # offsets wrap in int32
+    eng_w = (_edgy(4, 512, seed=12), _edgy(4, 512, seed=13))  # 1e4 rows, zeros, -0.0
     cpos, cpos7 = (
         torch.randint(-1, 129, (160,), generator=g),
         torch.randint(-1, 7, (48,), generator=g),
@@ -929,6 +953,11 @@ def _tk_cases():
             lambda: tk("engram").engram_hash_ref(*hashed),
         ),
         (
+            "fused_weight",  # TileKernels' kernel: the product in float32 (exact for bf16)
+            lambda: compat.engram.fused_weight(*eng_w),
+            lambda: eng_w[0].float() * eng_w[1].float(),
+        ),
+        (
             "mhc_pre_split_mixes",
             lambda: ops.mhc_pre_split_mixes(*split, 4, 2.0, 1e-6),
             lambda: tk("mhc").mhc_pre_split_mixes_ref(*split, 4, 2.0, 1e-6),
@@ -941,7 +970,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 60  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 61  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -1055,6 +1084,22 @@ def test_mhc_mixes_within_tilekernels_bounds(references):
     want = mhc.mhc_pre_apply_mix_ref(res, mix)
     torch.testing.assert_close(ops.mhc_pre_apply_mix(res, mix), want, atol=1e-2, rtol=1e-3)
     torch.testing.assert_close(ops.mhc_post(x, res, mix, comb), mhc.mhc_post_ref(x, res, mix, comb))
+
+
+def test_grad_w_reduce_within_tilekernels_bound(references):
+    """TileKernels' test of grad_w_reduce (calc_diff < 1e-10 against ``acc + partial.sum(0) *
+    w``, in place; its data: randn partials of 132 blocks, hc_mult 4)."""
+    from _tile_kernels import calc_diff
+
+    g = torch.Generator().manual_seed(14)
+    partial = torch.randn(132, 4, 2048, generator=g)
+    w_h, w_k = (torch.randn(4, 2048, generator=g).to(BF16) for _ in "hk")
+    acc_h, acc_k = (torch.randn(4, 2048, generator=g) for _ in "hk")
+    gh, gk = acc_h.clone(), acc_k.clone()
+    assert compat.engram.grad_w_reduce(partial, w_h, w_k, gh, gk) is None
+    s = partial.sum(0)
+    assert calc_diff(gh, acc_h + s * w_k.float()) < 1e-10
+    assert calc_diff(gk, acc_k + s * w_h.float()) < 1e-10
 
 
 def test_engram_gate_within_tilekernels_bound(references):

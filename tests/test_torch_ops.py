@@ -129,6 +129,22 @@ CASES = [
         "engram_hash",
         lambda: (idx(3, 2, 9), t(1, 2, dtype=I64), t(1, 1, 1, dtype=I32), idx(1, 1, 9)),
     ),
+    ("engram_fused_weight", lambda: (t(4, 64), t(4, 64))),
+    ("engram_fused_weight", lambda: (t(3, 7), t(3, 7))),
+    (
+        "engram_grad_w_reduce",
+        lambda: (
+            t(6, 4, 64, dtype=F32),
+            t(4, 64),
+            t(4, 64),
+            t(4, 64, dtype=F32),
+            t(4, 64, dtype=F32),
+        ),
+    ),
+    (
+        "engram_grad_w_reduce",
+        lambda: (t(0, 1, 7, dtype=F32), t(1, 7), t(1, 7), t(1, 7, dtype=F32), t(1, 7, dtype=F32)),
+    ),
     ("swiglu", lambda: (t(4, 64),)),
     ("swiglu", lambda: (t(2, 3, 10, dtype=F32),)),
     ("swiglu_per_token_cast_fp8", lambda: (t(4, 512),)),

@@ -69,6 +69,8 @@ VARIANTS = (
     "cast_back_e5m6_fp32_any",
     "expand_to_fused_with_sf_e4m3_fp32_col_any",
     "per_channel_cast_fused_e4m3_any",
+    "engram_fused_weight_bf16_any",
+    "engram_grad_w_reduce_bf16_any",
     "mhc_pre_split_mixes_fp32_any",
     "mhc_head_compute_mix_fp32_any",
     "mhc_pre_split_mixes_backward_fp32_any",

@@ -25,8 +25,10 @@ from ._info import info
 from .aux_fi import aux_fi
 from .cast_back import cast_back
 from .cast_back_e5m6 import cast_back_e5m6
+from .engram_fused_weight import engram_fused_weight
 from .engram_gate import engram_gate
 from .engram_gate_backward import engram_gate_backward
+from .engram_grad_w_reduce import engram_grad_w_reduce
 from .engram_hash import engram_hash
 from .expand_to_fused import expand_to_fused
 from .expand_to_fused_with_sf import expand_to_fused_with_sf
@@ -77,8 +79,10 @@ __all__ = [
     "aux_fi",
     "cast_back",
     "cast_back_e5m6",
+    "engram_fused_weight",
     "engram_gate",
     "engram_gate_backward",
+    "engram_grad_w_reduce",
     "engram_hash",
     "expand_to_fused",
     "expand_to_fused_with_sf",

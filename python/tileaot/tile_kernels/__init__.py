@@ -35,7 +35,9 @@ Served (module: functions -> tileaot op):
   `mhc_pre_norm_fn_backward`).
 * ``modeling.mhc.ops``: ``mhc_pre_split_mixes``, ``mhc_head_compute_mix`` (-> the ops of the
   same names, differentiable).
-* ``engram``: ``engram_hash`` (-> `engram_hash`).
+* ``engram``: ``engram_hash``, ``fused_weight``, ``grad_w_reduce`` (-> `engram_hash`,
+  `engram_fused_weight`, `engram_grad_w_reduce`; ``grad_w_reduce`` copies the sums back into
+  its gradients, which TileKernels updates in place).
 * ``modeling.engram``: ``engram_gate`` (-> `engram_gate` with a shared value row,
   differentiable).
 

@@ -22,8 +22,10 @@ from .._schema_torch import OpSpec, schema_fake
 from ..aux_fi import aux_fi
 from ..cast_back import cast_back
 from ..cast_back_e5m6 import cast_back_e5m6
+from ..engram_fused_weight import engram_fused_weight
 from ..engram_gate import engram_gate
 from ..engram_gate_backward import engram_gate_backward
+from ..engram_grad_w_reduce import engram_grad_w_reduce
 from ..engram_hash import engram_hash
 from ..expand_to_fused import expand_to_fused
 from ..expand_to_fused_with_sf import expand_to_fused_with_sf
@@ -173,6 +175,8 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(expand_to_fused_with_sf),
     _from_schema(moe_reduce),
     _from_schema(engram_hash),
+    _from_schema(engram_fused_weight),
+    _from_schema(engram_grad_w_reduce),
     # (out, g); the backward op takes the statistics from the saving forward (saved=None).
     _from_schema(
         engram_gate, fixed=MappingProxyType({"return_gate": True, "save_for_backward": False})
