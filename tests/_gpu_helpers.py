@@ -116,6 +116,14 @@ def assert_every_variant_exercised(ops: Iterable[str], seen: set[str]) -> None:
     assert not missing, f"variants never exercised on {arch}: {missing}"
 
 
+def tf32(x):
+    """float32 `x` rounded to TF32 as TileKernels' ``round_to_tf32`` (bits + 0x1000) with the
+    13 low bits cleared: the operand values of the mHC norm_fn kernels' tensor-core products."""
+    import torch
+
+    return ((x.contiguous().view(torch.int32) + 0x1000) & -8192).view(torch.float32)
+
+
 def selected(op: str, key: str, shapes: Iterable[tuple[int, ...]]) -> str:
     """The variant the runtime serves for a call of (`op`, `key`) with these tensor shapes."""
     from tileaot import _lib

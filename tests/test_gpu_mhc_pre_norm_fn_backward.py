@@ -1,13 +1,17 @@
 """GPU tests of mhc_pre_norm_fn_backward and of mhc_pre_norm_fn's autograd.
 
-Against float64 (outputs poisoned with NaN before each call), with ``mag`` the same sums taken
-over absolute values: ``residual_grad`` within one bf16 rounding (``2**-8 |want|``) plus
-``2e-5 mag`` (float32 sums of N and of K terms in another order), ``mhc_fn_grad`` within
-``1e-4 mag`` (float32 sums, up to 1024 tokens deep in a chunk, then the chunks). Sizes: the
+Against float64 with ``mhc_fn`` rounded to TF32 first (the kernels' tensor-core operand,
+TileKernels' round_to_tf32, exact in the reference), outputs poisoned with NaN before each
+call, with ``mag`` the same sums taken over absolute values and ``gmag = |gd| @ |mhc_fn|``:
+``residual_grad`` within one bf16 rounding (``2**-8 |want|``) plus ``2e-5 mag`` (float32 sums
+of N and of K terms in another order) plus ``2**-11 gmag`` (gd rounded to TF32 in the kernel,
+half a TF32 unit per term); ``mhc_fn_grad`` within ``(1e-4 + 2**-11) mag`` (float32 sums over
+every token in 64-token tiles, gd rounded to TF32). All tighter than TileKernels' own test
+(bf16 ``assert_close`` defaults and ``atol = 3e-2`` against a TF32 reference). Sizes: the
 forward's (R in {1, 2, 3, 4, 8}, the 16-byte and element paths), N = 24 (the static variant)
-and other N, token counts either side of a 1024-token chunk. Then: two calls give the same
-bits (every sum in a fixed order), autograd through tileaot.mhc_pre_norm_fn (with a norm
-weight) against autograd through TileKernels' reference, the caller's stream, and every
+and other N, token counts around the 64-token tiles and many tiles deep. Then: two calls give
+the same bits (every sum in a fixed order), autograd through tileaot.mhc_pre_norm_fn (with a
+norm weight) against autograd through TileKernels' reference, the caller's stream, and every
 variant built for this GPU exercised.
 """
 
@@ -22,16 +26,20 @@ from _gpu_helpers import (
     assert_ordered_on_callers_stream,
     selected,
     skip_big_under_sanitizer,
+    tf32,
 )
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 BF16, F32, F64 = torch.bfloat16, torch.float32, torch.float64
-CHUNK = 1024  # tokens per partial sum of mhc_fn_grad (kernels_py/mhc/...backward.py)
 SEEN: set[str] = set()
+FN_GRAD_BOUND = 1e-4 + 2**-11  # float32 sums over the tokens, gd rounded to TF32
 CASES = [(t, r, h, n) for t, r, h in MHC_CASES for n in (24, 1, 7, 32)]
 CASES += [(t, 4, 1280, 24) for t in (1023, 1024, 1025, 2049)] + [(4103, 2, 1001, 5)]
+# 64-token tiles of grad_mul: either side of one and two; 128-column blocks with a partial last
+# one (H = 130) and fewer column steps than mul's 16 slices; 20000 tokens deep in one block.
+CASES += [(t, 4, 256, 24) for t in (63, 64, 65, 127, 129)] + [(17, 3, 130, 9), (20000, 1, 128, 24)]
 
 
 def _inputs(t: int, r: int, h: int, n: int):
@@ -41,9 +49,10 @@ def _inputs(t: int, r: int, h: int, n: int):
 
 
 def _float64(g, residual, fn, eps):
-    """(residual_grad, mhc_fn_grad) in float64 by the documented formulas, and their
-    magnitudes (the same sums of absolute values)."""
-    x, f, g = residual.double().flatten(1), fn.double(), g.double()
+    """(residual_grad, its magnitude, mhc_fn_grad, its magnitude, |gd| @ |fn|) in float64 by
+    the documented formulas with `fn` rounded to TF32 (the magnitudes: the same sums of
+    absolute values)."""
+    x, f, g = residual.double().flatten(1), tf32(fn).double(), g.double()
     k = x.shape[1]
     s = x.square().sum(-1, keepdim=True)
     rms = (s / k + eps).rsqrt()
@@ -53,7 +62,7 @@ def _float64(g, residual, fn, eps):
     gs, gs_mag = -(g * d).sum(-1, keepdim=True) * scale, (g.abs() * d_mag).sum(-1, True) * scale
     x_grad = gd @ f + 2 * x * gs
     x_mag = gd.abs() @ f.abs() + 2 * x.abs() * gs_mag
-    return x_grad, x_mag, gd.t() @ x, gd.abs().t() @ x.abs()
+    return x_grad, x_mag, gd.t() @ x, gd.abs().t() @ x.abs(), gd.abs() @ f.abs()
 
 
 def _within(got, want, bound, name):
@@ -72,17 +81,16 @@ def test_backward(t, r, h, n):
         torch.full((t, r, h), math.nan, device="cuda").to(BF16),
         torch.full((n, r * h), math.nan, device="cuda"),
     )
-    p = -(-t // CHUNK)
-    shapes = [(t, n), (t, r, h), (n, r, h), (t, r, h), (n, r, h), (t, n + 1), (p, n, r, h)]
+    shapes = [(t, n), (t, r, h), (n, r, h), (t, r, h), (n, r, h), (t, n + 1), (16, t, 33)]
     name = selected("mhc_pre_norm_fn_backward", "bf16", shapes)
     SEEN.add(name)
     got = tileaot.mhc_pre_norm_fn_backward(g, residual, fn, 1e-6, out=out)
     torch.cuda.synchronize()
     assert got[0] is out[0] and got[1] is out[1]
-    x_grad, x_mag, fn_grad, fn_mag = _float64(g, residual, fn, 1e-6)
-    x_bound = 2**-8 * x_grad.abs() + 2e-5 * x_mag + 1e-30
+    x_grad, x_mag, fn_grad, fn_mag, g_mag = _float64(g, residual, fn, 1e-6)
+    x_bound = 2**-8 * x_grad.abs() + 2e-5 * x_mag + 2**-11 * g_mag + 1e-30
     _within(got[0].flatten(1), x_grad, x_bound, name)
-    _within(got[1], fn_grad, 1e-4 * fn_mag + 1e-30, name)
+    _within(got[1], fn_grad, FN_GRAD_BOUND * fn_mag + 1e-30, name)
     again = tileaot.mhc_pre_norm_fn_backward(g, residual, fn, 1e-6)
     assert again[1].shape == fn.shape  # [N, R * H] in, [N, R * H] out
     for a, b in zip(again, got, strict=True):  # the same bits: sums in a fixed order
@@ -97,14 +105,14 @@ def test_zero_rows_and_eps_zero():
     g, residual, fn = _inputs(5, 4, 256, 24)
     residual[2] = 0
     x_grad, fn_grad = tileaot.mhc_pre_norm_fn_backward(g, residual, fn, 1e-6)
-    want = (g[2].double() / math.sqrt(1e-6)) @ fn.double()
+    want = (g[2].double() / math.sqrt(1e-6)) @ tf32(fn).double()
     torch.testing.assert_close(x_grad[2].flatten().double(), want, rtol=2**-8, atol=1e-3)
     _, rest = tileaot.mhc_pre_norm_fn_backward(g[[0, 1, 3, 4]], residual[[0, 1, 3, 4]], fn)
     torch.testing.assert_close(fn_grad, rest, rtol=1e-5, atol=1e-6)
     got = tileaot.mhc_pre_norm_fn_backward(g[:2], residual[:2], fn, 0.0)
-    x64, x_mag, fn64, fn_mag = _float64(g[:2], residual[:2], fn, 0.0)
-    _within(got[0].flatten(1), x64, 2**-8 * x64.abs() + 2e-5 * x_mag, "eps 0")
-    _within(got[1], fn64, 1e-4 * fn_mag, "eps 0")
+    x64, x_mag, fn64, fn_mag, g_mag = _float64(g[:2], residual[:2], fn, 0.0)
+    _within(got[0].flatten(1), x64, 2**-8 * x64.abs() + 2e-5 * x_mag + 2**-11 * g_mag, "eps 0")
+    _within(got[1], fn64, FN_GRAD_BOUND * fn_mag, "eps 0")
 
 
 @pytest.mark.parametrize("normw", [False, True])

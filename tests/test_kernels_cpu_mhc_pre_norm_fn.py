@@ -118,6 +118,14 @@ def test_lower_generic_for_every_default_arch(arch):
     src = lower_source(norm_fn.factory(arch=arch, dtype="bfloat16"), arch, "norm_fn_test")
     assert "(H % 8) == 0" in src  # the runtime branch between vector and element accesses
     assert "__shfl_xor_sync" in src or "shfl_xor" in src
+    assert src.count("__global__ void __launch_bounds__") == 2  # mul, norm
+    assert "atomic" not in src.lower()  # every sum in a fixed order
+    assert "+ 4096) & -8192" in src  # mhc_fn rounded to TF32 as TileKernels' round_to_tf32
+    # TF32 tensor cores from sm_80 on (mma.sync, not wgmma or tcgen05); TileLang's CUDA-core
+    # loop over the same tiles before (Volta and Turing have no TF32 MMA).
+    tensor_cores = arch not in ("sm_70", "sm_75")
+    assert ("mma_sync<tl::DataType::kTensorFloat32" in src) == tensor_cores
+    assert "wgmma" not in src and "tcgen05" not in src
 
 
 @needs_tilelang

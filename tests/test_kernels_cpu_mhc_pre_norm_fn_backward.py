@@ -125,6 +125,10 @@ def test_static_n_out_of_range_is_refused():
 def test_lower_for_every_default_arch(arch, n):
     spec = {} if n is None else {"N": n}
     src = lower_source(bwd.factory(arch=arch, dtype="bfloat16", **spec), arch, "norm_bwd_test")
-    assert src.count("__global__ void __launch_bounds__") == 3  # stats, chunk sums, their total
+    assert src.count("__global__ void __launch_bounds__") == 3  # mul, grad_norm, grad_mul
     assert "atomic" not in src.lower()  # every sum in a fixed order
     assert "__shfl_xor_sync" in src or "shfl_xor" in src
+    assert src.count("+ 4096) & -8192") >= 2  # mhc_fn and gd rounded to TF32 (round_to_tf32)
+    tensor_cores = arch not in ("sm_70", "sm_75")  # the forward's test says why
+    assert ("mma_sync<tl::DataType::kTensorFloat32" in src) == tensor_cores
+    assert "wgmma" not in src and "tcgen05" not in src

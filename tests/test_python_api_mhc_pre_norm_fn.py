@@ -16,7 +16,8 @@ from _fakes import STREAM, cpu_as_cuda, fake, refusals_test, t  # noqa: E402, F4
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
-norm_fn = importlib.import_module("tileaot.mhc_pre_norm_fn").mhc_pre_norm_fn
+norm_module = importlib.import_module("tileaot.mhc_pre_norm_fn")
+norm_fn = norm_module.mhc_pre_norm_fn
 bwd_module = importlib.import_module("tileaot.mhc_pre_norm_fn_backward")
 norm_bwd = bwd_module.mhc_pre_norm_fn_backward
 F32 = torch.float32
@@ -134,9 +135,13 @@ def test_launch_views_mhc_fn_by_stream(fake, cpu_as_cuda):
     assert norm_fn(residual, f, None, 1e-5, out=out) is out
     (launch,) = fake.launches
     assert fake.by_handle[launch.handle] == ("mhc_pre_norm_fn", "bf16")
-    assert launch.ptrs == (residual.data_ptr(), f.data_ptr(), out.data_ptr())
-    assert launch.shapes == (6, 4, 64, 24, 4, 64, 6, 24)
+    assert launch.ptrs[:3] == (residual.data_ptr(), f.data_ptr(), out.data_ptr())
+    # residual, mhc_fn, out, then the scratch part [16, M, 33] of the column slices
+    assert launch.shapes == (6, 4, 64, 24, 4, 64, 6, 24, 16, 6, 33)
     assert launch.stream == STREAM and launch.scalars == pytest.approx((1e-5,))
+    assert norm_module.SCHEMA.workspace_size({"M": 2049, "N": 24, "R": 4, "H": 64}) == (
+        16 * 2049 * 33 * 4
+    )
 
 
 def test_by_stream_layout_and_no_grad(fake, cpu_as_cuda):
@@ -171,12 +176,12 @@ def test_backward_launch_views_mhc_fn_by_stream(fake, cpu_as_cuda):
     assert fake.by_handle[launch.handle] == ("mhc_pre_norm_fn_backward", "bf16")
     tensors = (g, residual, f, x_grad, fn_grad)
     assert launch.ptrs[:5] == tuple(v.data_ptr() for v in tensors)
-    # out_grad, residual, mhc_fn, residual_grad, mhc_fn_grad, stats [M, N + 1], partial [P, ...]
-    assert launch.shapes == (6, 24, 6, 4, 64, 24, 4, 64, 6, 4, 64, 24, 4, 64, 6, 25, 1, 24, 4, 64)
+    # out_grad, residual, mhc_fn, residual_grad, mhc_fn_grad, stats [M, N + 1], part [16, M, 33]
+    assert launch.shapes == (6, 24, 6, 4, 64, 24, 4, 64, 6, 4, 64, 24, 4, 64, 6, 25, 16, 6, 33)
     assert launch.scalars == pytest.approx((1e-5,))
-    # stats (rounded up to 16 bytes), then one partial sum per chunk of 1024 tokens
-    dims = {"M": 2049, "N": 24, "R": 4, "H": 64, "P": 3}
-    assert bwd_module.SCHEMA.workspace_size(dims) == 204912 + 3 * 24 * 256 * 4
+    # stats (rounded up to 16 bytes), then the forward's column-slice sums
+    dims = {"M": 2049, "N": 24, "R": 4, "H": 64}
+    assert bwd_module.SCHEMA.workspace_size(dims) == 204912 + 16 * 2049 * 33 * 4
 
 
 def test_backward_out_and_empty_calls(fake, cpu_as_cuda):

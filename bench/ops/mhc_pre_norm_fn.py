@@ -3,9 +3,9 @@ R = 4, N = 24 mixes).
 
 CASES = [(label, size, make)]; make() → (tileaot fn, torch fn, bytes moved or None, flops
 or None). Forward bytes: the residual once, mhc_fn once (every block re-reads it from L2, which
-is not counted) and the float32 mixes. Backward bytes: the residual twice (its token sums are
-recomputed, then the gradients), its gradient written, mhc_fn and its gradient, the mixes'
-gradient, and the per-1024-token partial sums of mhc_fn_grad written and read back.
+is not counted) and the float32 mixes (the 16 column slices' scratch is not counted). Backward
+bytes: the residual twice (its token sums are recomputed, then the gradients), its gradient
+written, mhc_fn and its gradient, the mixes' gradient.
 Memory-bound on the residual. The torch equivalents are TileKernels' reference (float32
 einsum, sum of squares, rsqrt) and its autograd.
 """
@@ -44,11 +44,10 @@ def _backward(t: int, h: int, r: int = 4):
         leaves = [v.detach().requires_grad_(True) for v in (residual, fn)]
         return torch.autograd.grad(_torch_norm_fn(*leaves, 1e-6), leaves, g)
 
-    chunks = -(-t // 1024)
     return (
         (lambda: tileaot.mhc_pre_norm_fn_backward(g, residual, fn, 1e-6, out=out)),
         torch_backward,
-        residual.numel() * 2 * 3 + (fn.numel() * (2 + 2 * chunks) + g.numel()) * 4,
+        residual.numel() * 2 * 3 + (fn.numel() * 2 + g.numel()) * 4,
         None,
     )
 

@@ -7,62 +7,55 @@ per token with ``x = residual[t]`` flattened to ``K = R * H`` values::
     out[t, n] = (sum_k x[k] * mhc_fn[n, k]) * rsqrt(sum_k x[k]**2 / K + eps)
 
 ``residual[T, R, H]`` bf16, ``mhc_fn[N, K]`` float32 (N = R * (R + 2) mixes in the models, at
-most ``MAX_N`` = 32 as TileKernels' kernel), ``out[T, N]`` float32. Float32 math (TileKernels'
-kernel rounds ``mhc_fn`` to TF32 and multiplies on tensor cores; its test holds it to its
-float32 reference within ``atol = rtol = 1e-3``, which our float32 sums meet with margin).
+most ``MAX_N`` = 32 as TileKernels' kernel), ``out[T, N]`` float32. As TileKernels' kernel,
+the dot products run on tensor cores with ``mhc_fn`` rounded to TF32 (kernels_py/mhc/
+norm_fn_tc.py): two launches, ``mul`` (blocks of 32 tokens x one of 16 column slices, T.gemm,
+partial sums into the scratch ``part[16, M, 33]``) and ``norm`` (the slices summed in order,
+times the rsqrt). Within TileKernels' test bound (``atol = rtol = 1e-3``) of its float32
+reference; deterministic (no atomics).
 
-A block of 128 threads owns ``ROWS`` tokens and walks their K values in chunks of 1024
-columns of one stream (8 per thread: 16-byte loads of x, two of ``mhc_fn``, when ``H % 8 ==
-0``; element loads otherwise). Each thread keeps ``ROWS * N`` partial dot products and
-``ROWS`` partial sums of squares in registers; at the end a warp butterfly per value and one
-pass through shared memory reduce them (a thread's columns in order, then lanes, then warps 0
-.. 3), and ``ROWS * N`` threads apply the norm and store. Memory-bound on x (read once);
-``mhc_fn`` (2.75 MB at R = 4, H = 7168) is re-read from L2 by every block, so more tokens per
-block cut that traffic at the cost of registers.
+Archs: T.gemm of float32 operands lowers to ``mma.sync`` TF32 (m16n8k8) on sm_80, sm_90a
+(no wgmma: it needs TF32-typed buffers), sm_100f (no tcgen05: no tensor-memory accumulator)
+and sm_120f, one source for the four; on sm_70 / sm_75 (no TF32 MMA) TileLang lowers it to
+its CUDA-core loop over the same shared tiles (the same rounded operands, float32 FMAs).
 
-Variants: N = 24 (R = 4) unrolls the mix loop exactly (ROWS = 4: 96 partials). The generic
-variant (N runtime, ``N <= 32``) unrolls to 32 with ``< N`` guards and takes ROWS = 2.
+Variants: N = 24 (R = 4) and a generic N <= 32 (both pad the mixes to 32 in the MMA).
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
-from ..ceildiv import ceildiv
-from ..spec import ALL_CUDA_SAME, KernelSpec
-from .expand_to_mhc import COLS, THREADS, VEC
+from ..spec import KernelSpec
+from . import norm_fn_tc
 
-MAX_N = 32  # mixes per token (TileKernels' kernel pads them to 32 as well)
+MAX_N = norm_fn_tc.NP  # mixes per token (TileKernels' kernel pads them to 32 as well)
 STATIC_N = (24,)  # R = 4: 2R + R*R mixes
-WARPS = THREADS // 32
-ROWS_STATIC = 4  # tokens per block with a static N
-ROWS_GENERIC = 2  # with N unrolled to MAX_N: 2 * 33 partials per thread
+SPLITS, W = norm_fn_tc.SPLITS, norm_fn_tc.W  # the scratch part[SPLITS, M, W]
 
 
 def factory(arch: str, dtype: str, N: int | None = None):
-    """TileLang prim_func ``(residual[M, R, H], mhc_fn[N, R, H], out[M, N], mhc_norm_eps)``
-    (``mhc_fn`` is TileKernels' ``[N, R * H]`` viewed by stream); ``N`` fixed when given.
-    ``arch`` does not change the code."""
-    T, M, R, H, N, nmax, rows, token_block = variant("mhc_pre_norm_fn", dtype, N)
-
-    @T.macro
-    def mix(t, n, d, rms, out):
-        out[t, n] = d * rms
+    """TileLang prim_func ``(residual[M, R, H], mhc_fn[N, R, H], out[M, N], part[16, M, 33],
+    mhc_norm_eps)`` (``mhc_fn`` is TileKernels' ``[N, R * H]`` viewed by stream; ``part`` the
+    scratch of the column slices); ``N`` fixed when given. ``arch`` does not change the code
+    (TileLang picks the MMA or, before sm_80, its CUDA-core loop)."""
+    T, M, R, H, N, kernels = variant("mhc_pre_norm_fn", dtype, N)
 
     @T.prim_func
     def mhc_pre_norm_fn(
         residual: T.Tensor((M, R, H), "bfloat16"),
         mhc_fn: T.Tensor((N, R, H), "float32"),
         out: T.Tensor((M, N), "float32"),
+        part: T.Tensor((SPLITS, M, W), "float32"),
         mhc_norm_eps: T.float32,
     ):
-        with T.Kernel(ceildiv(T, M, rows), threads=THREADS) as bt:
-            token_block(residual, mhc_fn, bt, mhc_norm_eps, mix, None, out)
+        kernels.mul(residual, mhc_fn, part)
+        kernels.norm(part, out, mhc_norm_eps)
 
     return mhc_pre_norm_fn
 
 
 def variant(op: str, dtype: str, N: int | None):
-    """What a kernel of `op` (this one or its backward) builds on: ``(T, M, R, H, N, nmax,
-    rows, token_block)``, the dynamic sizes (N static when given), the mixes the loops unroll
-    to (``< N`` guards fold when static), tokens per block and the `sums_macro`."""
+    """What a kernel of `op` (this one or its backward) builds on: ``(T, M, R, H, N,
+    kernels)``, the dynamic sizes (N static when given) and the launches' macros
+    (norm_fn_tc.Kernels)."""
     if dtype != "bfloat16":
         raise ValueError(f"{op}: unsupported dtype {dtype!r}")
     error = spec_error_of(op)({"dtype": dtype}, {} if N is None else {"N": N})
@@ -71,105 +64,8 @@ def variant(op: str, dtype: str, N: int | None):
     import tilelang.language as T
 
     M, R, H = T.dynamic("M"), T.dynamic("R"), T.dynamic("H")
-    nmax = MAX_N if N is None else N
-    rows = ROWS_GENERIC if N is None else ROWS_STATIC
     N = T.dynamic("N") if N is None else N
-    return T, M, R, H, N, nmax, rows, sums_macro(T, M, R, H, N, nmax, rows)
-
-
-def x_value(T, residual, ok, t, r, h):
-    """``residual[t, r, h]`` as float32 where `ok`, else 0 (a guarded load)."""
-    return T.cast(T.if_then_else(ok, residual[t, r, h], T.bfloat16(0)), "float32")
-
-
-def sums_macro(T, M, R, H, N, nmax: int, rows: int):
-    """The T.macro ``(residual, mhc_fn, bt, mhc_norm_eps, mix, row, *bufs)`` of block `bt` (128
-    threads, tokens ``t0 = bt * rows ..``): ``tot[b * nmax + n] = x . mhc_fn[n]`` and
-    ``tot[rows * nmax + b] = sum x**2`` in shared memory (rows past M and mixes past N are
-    zeros), then ``mix(t, n, d, rsqrt(s / K + eps), *bufs)`` for each token and mix (one
-    thread each) and, where given, ``row(tot, t0, tx, mhc_norm_eps, *bufs)`` on every thread
-    (the macro's parameter names become the kernel's: ``mhc_norm_eps`` is the schema's)."""
-    sums = rows * (nmax + 1)  # rows x nmax dot products, then the rows' sums of squares
-    assert sums <= THREADS  # one thread per value in the final pass
-
-    @T.macro
-    def dot(part, xb, fv, n):
-        for b in T.unroll(rows):
-            for e in T.unroll(VEC):
-                part[b * nmax + n] = part[b * nmax + n] + xb[b, e] * fv[e]
-
-    @T.macro
-    def token_sums(residual, mhc_fn, tot, t0, tx):
-        xb = T.alloc_local((rows, VEC), "float32")
-        fv = T.alloc_local((VEC,), "float32")
-        part = T.alloc_local((sums,), "float32")
-        red = T.alloc_shared((WARPS, sums), "float32")
-        for j in T.unroll(sums):
-            part[j] = T.float32(0)
-        for r in T.serial(R):
-            for c in T.serial(T.ceildiv(H, COLS)):
-                col = c * COLS + tx * VEC
-                if H % VEC == 0:
-                    T.assume(H % VEC == 0)  # rows start 16-byte aligned: vector loads
-                    for b in T.unroll(rows):
-                        for e in T.vectorized(VEC):
-                            ok = (t0 + b < M) & (col < H)
-                            xb[b, e] = x_value(T, residual, ok, t0 + b, r, col + e)
-                else:
-                    for b in T.unroll(rows):
-                        for e in T.unroll(VEC):
-                            ok = (t0 + b < M) & (col + e < H)
-                            xb[b, e] = x_value(T, residual, ok, t0 + b, r, col + e)
-                for b in T.unroll(rows):
-                    for e in T.unroll(VEC):
-                        j = rows * nmax + b
-                        part[j] = part[j] + xb[b, e] * xb[b, e]
-                if H % VEC == 0:
-                    T.assume(H % VEC == 0)
-                    if col < H:  # past H the x values are zeros: nothing to add
-                        for n in T.unroll(nmax):
-                            if n < N:
-                                # Two 16-byte halves: one 32-byte access fails on sm_100a.
-                                for h in T.unroll(2):
-                                    for e in T.vectorized(VEC // 2):
-                                        fv[h * 4 + e] = mhc_fn[n, r, col + h * 4 + e]
-                                dot(part, xb, fv, n)
-                else:
-                    for n in T.unroll(nmax):
-                        if n < N:
-                            for e in T.unroll(VEC):
-                                fv[e] = T.if_then_else(
-                                    col + e < H, mhc_fn[n, r, col + e], T.float32(0)
-                                )
-                            dot(part, xb, fv, n)
-        # Block sums: a butterfly per value, then the warps' sums through shared memory.
-        for j in T.unroll(sums):
-            for s in T.unroll(5):
-                part[j] = part[j] + T.shfl_xor(part[j], T.shift_left(1, 4 - s))
-        if tx % 32 == 0:
-            for j in T.unroll(sums):
-                red[tx // 32, j] = part[j]
-        T.sync_threads()
-        if tx < sums:
-            tot[tx] = red[0, tx] + red[1, tx] + red[2, tx] + red[3, tx]
-        T.sync_threads()
-
-    @T.macro
-    def token_block(residual, mhc_fn, bt, mhc_norm_eps, mix, row, *bufs):
-        tx = T.get_thread_binding()
-        t0 = bt * rows
-        tot = T.alloc_shared((sums,), "float32")
-        token_sums(residual, mhc_fn, tot, t0, tx)
-        if tx < rows * nmax:
-            b = tx // nmax
-            n = tx % nmax
-            if (n < N) & (t0 + b < M):
-                ms = tot[rows * nmax + b] / T.cast(R * H, "float32")
-                mix(t0 + b, n, tot[tx], T.rsqrt(ms + mhc_norm_eps), *bufs)
-        if row is not None:
-            row(tot, t0, tx, mhc_norm_eps, *bufs)
-
-    return token_block
+    return T, M, R, H, N, norm_fn_tc.Kernels(T, M, R, H, N)
 
 
 def reference(residual, mhc_fn, mhc_norm_eps):
@@ -201,7 +97,8 @@ SPEC = KernelSpec(
     specs=({}, *({"N": n} for n in STATIC_N)),
     reference=reference,
     spec_error=spec_error_of("mhc_pre_norm_fn"),
-    lowering_classes=ALL_CUDA_SAME,
-    lowering_reason="warp shuffles and shared memory, no block all-reduce, PDL or arch choice",
+    lowering_classes=norm_fn_tc.LOWERING_CLASSES,
+    lowering_reason="T.gemm: TF32 mma.sync from sm_80 on (no wgmma, no tcgen05), TileLang's "
+    "CUDA-core loop on sm_70 / sm_75; no PDL or arch choice",
     doc="mHC pre-norm mixes: (x . fn[n]) * rsqrt(mean(x^2) + eps) per token; bf16 x, fp32 out.",
 )

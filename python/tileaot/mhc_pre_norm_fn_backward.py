@@ -12,14 +12,12 @@ if TYPE_CHECKING:
     import torch
 
 _OP = "mhc_pre_norm_fn_backward"
-CHUNK = 1024  # tokens per partial sum of mhc_fn_grad (kernels_py/mhc/...backward.py)
 SCHEMA = OpSchema(
     _OP,
     "out_grad[*M, N]: fp32, residual[*M, R, H]: bf16, mhc_fn[N, R, H]: fp32"
     " -> residual_grad[*M, R, H]: bf16, mhc_fn_grad[N, R, H]: fp32,"
-    " scratch stats[M, N + 1]: fp32, scratch partial[P, N, R, H]: fp32; mhc_norm_eps: float32",
+    " scratch stats[M, N + 1]: fp32, scratch part[16, M, 33]: fp32; mhc_norm_eps: float32",
     key="bf16",
-    sizes={"P": f"(M + {CHUNK - 1}) // {CHUNK}"},
     example={"M": 32768, "R": 4, "H": 7168, "N": 24},
 )
 
@@ -44,12 +42,11 @@ def mhc_pre_norm_fn_backward(
         residual_grad[t, k] = bf16(sum_n gd[n] * mhc_fn[n, k] + 2 * x[k] * gs)
         mhc_fn_grad[n, k]   = sum over tokens of gd[n] * x[k]
 
-    in float32, every sum in a fixed order (mixes in order; tokens in chunks of 1024, in order
-    within a chunk and then across chunks; no atomics: the same result every run), within
-    float32 rounding of torch's autograd through TileKernels' reference
-    (``tile_kernels.torch.mhc.mhc_pre_norm_fn_ref`` of `tile-kernels` 1.0.0). TileKernels'
-    backward (``tile_kernels.modeling.mhc.ops.mhc_pre_norm_fn``) computes the same from the
-    forward's saved dot products, with ``gd`` and ``mhc_fn`` rounded to TF32.
+    as TileKernels' backward (``tile_kernels.modeling.mhc.ops.mhc_pre_norm_fn`` of
+    `tile-kernels` 1.0.0): the products on tensor cores with ``gd`` and ``mhc_fn`` rounded to
+    TF32, float32 sums, every sum in a fixed order (no atomics: the same result every run);
+    within TileKernels' test bounds of torch's autograd through its reference
+    (``tile_kernels.torch.mhc.mhc_pre_norm_fn_ref``).
 
     Args:
         out_grad: CUDA tensor ``[..., N]``, ``torch.float32`` (the forward output's gradient),
@@ -78,9 +75,9 @@ def mhc_pre_norm_fn_backward(
         tileaot.VariantMissError: this wheel has no variant for the shape or GPU.
         tileaot.DriverError: the CUDA driver is missing or a driver call failed.
 
-    The kernels are enqueued on torch's current stream of `out_grad`'s device (as torch ops
-    are), with a scratch of per-token gradients and per-chunk sums (``N * R * H`` floats per
-    1024 tokens); the call returns without synchronising.
+    The kernels (three launches) are enqueued on torch's current stream of `out_grad`'s device
+    (as torch ops are), with a scratch of per-token sums and gradients (``4 * (N + 1) + 2112``
+    bytes per token); the call returns without synchronising.
     Arrays of other frameworks (CuPy, ... via DLPack; `mhc_fn` as ``[N, R, H]``) work too; see
     `tileaot.use_stream`.
 
