@@ -105,8 +105,13 @@ def test_zero_rows_and_eps_zero():
     g, residual, fn = _inputs(5, 4, 256, 24)
     residual[2] = 0
     x_grad, fn_grad = tileaot.mhc_pre_norm_fn_backward(g, residual, fn, 1e-6)
-    want = (g[2].double() / math.sqrt(1e-6)) @ tf32(fn).double()
-    torch.testing.assert_close(x_grad[2].flatten().double(), want, rtol=2**-8, atol=1e-3)
+    gd = g[2].double() / math.sqrt(1e-6)
+    want = gd @ tf32(fn).double()
+    # gd is rounded to TF32 (as TileKernels' kernel rounds it) before the tensor-core product:
+    # half a TF32 unit of each term, which cancellation can make large against the sum (the
+    # H200, 2026-12-04b call 3: 0.52 off at a term magnitude of this bound's order)
+    mag = gd.abs() @ tf32(fn).double().abs()
+    _within(x_grad[2].flatten().double(), want, 2**-8 * want.abs() + 2**-10 * mag, "zero row")
     _, rest = tileaot.mhc_pre_norm_fn_backward(g[[0, 1, 3, 4]], residual[[0, 1, 3, 4]], fn)
     torch.testing.assert_close(fn_grad, rest, rtol=1e-5, atol=1e-6)
     got = tileaot.mhc_pre_norm_fn_backward(g[:2], residual[:2], fn, 0.0)
