@@ -1,6 +1,7 @@
 """`python -m build_tools generate`: trace the matrix and write the gen folder.
 
-Writes (write-if-different, deterministic): src/<variant>.<hash8>.cu, manifest.json,
+Writes (write-if-different, deterministic): src/<variant>.<hash8>.cu (or, for the sources of
+one op and arch compiled as one program, src/<op>.x<n>.<hash8>.cu), manifest.json,
 registry.cpp, cubins.cmake; beside them stats/trace.json (timings for the build report) and,
 for `--shard i/n`, shard/ (what `merge` needs). See docs/ARCHITECTURE.md for the layout.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import sys
 from importlib.metadata import version
@@ -81,6 +84,7 @@ def _compile_units(points, traced, ptx=()):
         name = members[0][0]
         ext = "ptx" if compile_arch.startswith("compute_") else "cubin"
         units[(digest, compile_arch)] = {
+            "variant": name,
             "source": f"src/{name}.{digest}.cu",
             "text": members[0][2],
             "arch": compile_arch,
@@ -89,6 +93,93 @@ def _compile_units(points, traced, ptx=()):
         for variant, arch, _ in members:
             arch_unit[(variant, arch)] = (digest, compile_arch)
     return units, arch_unit
+
+
+# Sources of one op and one arch are compiled together, up to this many per NVRTC program
+# (TILEAOT_BATCH_MAX; 1: one program per source). Most of a compile is NVRTC parsing the
+# tl_templates/CUTLASS headers, ~0.75 s of a ~0.85 s sm_90a compile, paid once per program:
+# 16 sources in one program take ~0.1 s each (bench/results/build-2026-12-04.md).
+BATCH_MAX = 16
+_KERNEL = re.compile(r'^extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', re.M)
+_DEVICE_FN = re.compile(
+    r"^(?:static )?(?:__device__|__host__|__forceinline__|inline)[^(;{]*?(\w+)\(", re.M
+)
+
+
+def batch_max() -> int:
+    text = os.environ.get("TILEAOT_BATCH_MAX", "")
+    if not text:
+        return BATCH_MAX
+    if not text.isdigit() or int(text) < 1:
+        raise SystemExit(
+            f"TILEAOT_BATCH_MAX={text!r}: expected a whole number >= 1 (1: no batching)"
+        )
+    return int(text)
+
+
+_EXTERN_SHARED = re.compile(r"^[ \t]*extern __shared__ ([^;\n]*?)\b(\w+)\[\];", re.M)
+
+
+def defined_names(source: str) -> dict[str, str | None]:
+    """Names a generated source declares at file scope, for telling which sources may share a
+    program: its kernels and top-level device functions (None: any other use of the name
+    clashes) and its dynamic shared memory arrays (`extern __shared__`, file-scope entities
+    even when declared in a kernel: the declaration, which must then be the same)."""
+    names: dict[str, str | None] = {m[1]: m[0].strip() for m in _EXTERN_SHARED.findall(source)}
+    return names | dict.fromkeys([*_KERNEL.findall(source), *_DEVICE_FN.findall(source)])
+
+
+def _clash(a: dict, b: dict) -> bool:
+    return any(a[n] is None or a[n] != b[n] for n in a.keys() & b.keys())
+
+
+def batch_text(members: list[dict]) -> str:
+    """One program of several sources: each under `#line 1` of its own name (diagnostics
+    name the variant's source), in the batch's order."""
+    return "".join(f'#line 1 "{m["source"].removeprefix("src/")}"\n{m["text"]}\n' for m in members)
+
+
+def _batch_units(units: dict, arch_unit: dict, op_of: dict, limit: int):
+    """Group the compile units of one op and one arch into batches of at most `limit`
+    sources whose defined names do not clash (first fit, in cubin-name order: deterministic).
+    A batch of one stays the unit it was. PTX (compute_80) is batched the same way: the
+    driver JIT-compiles a PTX module whole, so the forward path's first call of an op pays
+    for the op's batch (once per process; the driver's compute cache keeps the result).
+    Returns (units, arch_unit) with batch keys ("batch", digest, arch)."""
+    groups: dict[tuple, list[list]] = {}
+    for key in sorted(units, key=lambda k: units[k]["cubin"]):
+        u = units[key]
+        slot = (op_of[u["variant"]], u["arch"])
+        names = defined_names(u["text"])
+        batches = groups.setdefault(slot, [])
+        for b in batches:
+            if len(b[0]) < limit and not _clash(b[1], names):
+                b[0].append(key)
+                b[1] |= names
+                break
+        else:
+            batches.append([[key], names])
+    out, remap = {}, {}
+    for (op, _), batches in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        for keys, _ in batches:
+            if len(keys) == 1:
+                out[keys[0]] = units[keys[0]]
+                continue
+            arch = units[keys[0]]["arch"]
+            text = batch_text([units[k] for k in keys])
+            digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+            name, ext = f"{op}.x{len(keys)}", units[keys[0]]["cubin"].split("/")[0]
+            bkey = ("batch", digest, arch)
+            out[bkey] = {
+                "variant": units[keys[0]]["variant"],
+                "source": f"src/{name}.{digest}.cu",
+                "text": text,
+                "arch": arch,
+                "cubin": f"{ext}/{name}.{digest}.{arch}.{ext}",
+                "members": [units[k]["source"] for k in keys],
+            }
+            remap.update(dict.fromkeys(keys, bkey))
+    return out, {row: remap.get(u, u) for row, u in arch_unit.items()}
 
 
 def _rows(points, traced, arch_unit, blob_index, ptx=()):
@@ -167,6 +258,8 @@ def write_gen(out: Path, points, traced: dict, archs, ops, tilelang_version: str
             f"({','.join(archs)})"
         )
     units, arch_unit = _compile_units(points, traced, ptx)
+    op_of = {p.name: p.spec.op for p in points}
+    units, arch_unit = _batch_units(units, arch_unit, op_of, batch_max())
     ordered = sorted(units, key=lambda u: units[u]["cubin"])
     blob_index = {u: i for i, u in enumerate(ordered)}
     blobs = [
@@ -224,6 +317,7 @@ def _manifest(rows, blobs, units, ordered, archs, ops, tilelang_version: str) ->
             "arch": b["arch"],
             "cubin": b["cubin"],
         }
+        | ({"members": units[u]["members"]} if "members" in units[u] else {})
         for b, u in zip(blobs, ordered, strict=True)
     ]
     return {
