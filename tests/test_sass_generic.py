@@ -220,6 +220,7 @@ EXPAND_TO_FUSED_MAX_REGS = 48
         for s in ("float32", "int32")
         for lay in ("row", "col")
     ],
+    ids=lambda v: "-".join(v.values()) if isinstance(v, dict) else v,
 )
 def test_expand_to_fused_registers(tmp_path, op, key):
     """Both ops' kernels: 16-byte loads and stores on the aligned path (the chunk's four
