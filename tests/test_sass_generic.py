@@ -199,3 +199,41 @@ def test_generic_engram_gate_backward_streams_16_byte_vectors(tmp_path):
     sass, _ = _sass(func, "egb_g", tmp_path)
     acc = _accesses(sass)
     assert acc["ld128"] >= 4 and acc["st128"] >= 2, acc
+
+
+# Issue 18: expand_to_fused's data path (shared by expand_to_fused_with_sf) once held a whole
+# chunk in registers on its scalar path (64 fp8 / 32 bf16 elements, one register each) and let
+# nvcc unroll the K loop: 168 registers per thread on sm_90a (92 bf16; 144 for the column-major
+# scales), 3 blocks of 128 threads per SM, 15 % achieved occupancy and 46 % of DRAM bandwidth
+# on the H200. Now 36 and 42 (NVRTC, sm_90a): at most 48 keeps >= 10 blocks per SM (62.5 %
+# occupancy), 80 KiB of 16-byte loads in flight.
+EXPAND_TO_FUSED_MAX_REGS = 48
+
+
+@needs_tilelang
+@needs_cuobjdump
+@pytest.mark.parametrize(
+    "op, key",
+    [("expand_to_fused", {"dtype": d}) for d in ("bfloat16", "float8_e4m3fn")]
+    + [
+        ("expand_to_fused_with_sf", {"dtype": "float8_e4m3fn", "sf_dtype": s, "layout": lay})
+        for s in ("float32", "int32")
+        for lay in ("row", "col")
+    ],
+    ids=lambda v: "-".join(v.values()) if isinstance(v, dict) else v,
+)
+def test_expand_to_fused_registers(tmp_path, op, key):
+    """Both ops' kernels: 16-byte loads and stores on the aligned path (the chunk's four
+    vectors), and registers within EXPAND_TO_FUSED_MAX_REGS (the occupancy of a copy)."""
+    import importlib
+
+    from kernels_py.moe import expand_to_fused as etf
+
+    name = "_".join([op, *key.values()])
+    func = importlib.import_module(f"kernels_py.moe.{op}").factory(arch="sm_90a", **key)
+    sass, usage = _sass(func, name, tmp_path)
+    acc = _accesses(sass)
+    assert acc["ld128"] >= etf.UNROLL and acc["st128"] >= etf.UNROLL, (name, acc)
+    assert usage["REG"] <= EXPAND_TO_FUSED_MAX_REGS, (name, usage)
+    blocks = _blocks_per_sm(etf.THREADS, usage)
+    assert blocks * etf.THREADS * etf.UNROLL * 16 >= MIN_BYTES_IN_FLIGHT, (name, usage, blocks)

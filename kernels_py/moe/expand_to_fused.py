@@ -21,7 +21,10 @@ this op's inputs give only the token -> row direction. The stores go through moe
 evict-first 16-byte store (``L2_HINTS``): the op never reads the output back. Bytes are moved
 as they are: bit-exact, NaN payloads and -0.0 included.
 
-Rows whose byte length is not a multiple of 16 take a scalar path in the same kernel.
+Rows whose byte length is not a multiple of 16 take a scalar path in the same kernel. Its
+register count is the kernel's (one kernel for both paths): it holds `SCALAR_GROUP` elements
+at a time, not the chunk's 32-64 (which had taken 168 registers per thread on sm_90a, 15 %
+occupancy on the H200, for the aligned path too; now 36, tests/test_sass_generic.py).
 Thread-level code throughout (``T.vectorized`` runs of exactly 16 bytes): TileLang 0.1.15
 would emit 32-byte accesses on sm_100a for wider runs (ADDING_AN_OP.md).
 """
@@ -37,6 +40,7 @@ ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1}
 THREADS = 128
 UNROLL = 4  # 16-byte vectors per thread per chunk: 8 KB of a row per block
 CHUNK_BYTES = THREADS * UNROLL * 16
+SCALAR_GROUP = 8  # elements of the scalar path held at once (a register each), of 32-64 per chunk
 
 
 def factory(arch: str, dtype: str):
@@ -94,11 +98,21 @@ def data_ops(T, dtype: str, cuda: bool):
     return rows
 
 
+def rolled(T, n):
+    """``T.unroll(n, unroll_factor=1)``: a loop nvcc keeps rolled (``#pragma unroll 1``). The
+    K loops (rows of a token) and the scalar path's groups: nvcc's unrolled copies, each with
+    its own 64-bit row address and guards, had raised the register count."""
+    return T.unroll(n, unroll_factor=1)
+
+
 def row_ops(T, dtype: str, vec: int, chunk: int, cuda: bool):
     """A ``T.macro`` moving chunk c of row b: zero ``out[b]`` if it is padding, then copy
     ``x[b]`` to its K rows. ``vec`` elements per access (16 bytes, or 1 for unaligned rows);
-    a chunk is ``chunk // vec`` accesses, ``chunk // (vec * THREADS)`` per thread."""
+    a chunk is ``chunk // vec`` accesses, ``chunk // (vec * THREADS)`` per thread, held in
+    registers while they are stored to the K rows: all four vectors, or `SCALAR_GROUP`
+    elements at a time (the whole chunk held, 32-64 elements, took 168 registers)."""
     per_thread = chunk // (vec * THREADS)
+    group = per_thread if vec > 1 else SCALAR_GROUP
     hinted = cuda and vec > 1
 
     def column(c, u, tx):
@@ -122,25 +136,27 @@ def row_ops(T, dtype: str, vec: int, chunk: int, cuda: bool):
     @T.macro
     def move(x, token_topk_to_pos, pos_to_expert, out, b, c, tx):
         H = x.shape[1]
-        frag = T.alloc_local((per_thread * vec,), dtype)
+        frag = T.alloc_local((group * vec,), dtype)
         if b < out.shape[0]:
             if pos_to_expert[b] < 0:  # padding row: zeros
-                for u in T.unroll(per_thread * vec):
+                for u in T.unroll(group * vec):
                     frag[u] = T.cast(0, dtype)
-                for u in T.unroll(per_thread):
-                    if column(c, u, tx) < H:
-                        store(out, b, column(c, u, tx), frag, u * vec)
+                for g in rolled(T, per_thread // group):
+                    for u in T.unroll(group):
+                        if column(c, g * group + u, tx) < H:
+                            store(out, b, column(c, g * group + u, tx), frag, u * vec)
         if b < x.shape[0]:
-            for u in T.unroll(per_thread):
-                if column(c, u, tx) < H:
-                    for v in T.vectorized(vec):
-                        frag[u * vec + v] = x[b, column(c, u, tx) + v]
-            for k in T.serial(token_topk_to_pos.shape[1]):
-                p = T.alloc_var("int32", init=token_topk_to_pos[b, k])
-                if (p >= 0) & (p < out.shape[0]):
-                    for u in T.unroll(per_thread):
-                        if column(c, u, tx) < H:
-                            store(out, p, column(c, u, tx), frag, u * vec)
+            for g in rolled(T, per_thread // group):
+                for u in T.unroll(group):
+                    if column(c, g * group + u, tx) < H:
+                        for v in T.vectorized(vec):
+                            frag[u * vec + v] = x[b, column(c, g * group + u, tx) + v]
+                for k in rolled(T, token_topk_to_pos.shape[1]):
+                    p = T.alloc_var("int32", init=token_topk_to_pos[b, k])
+                    if (p >= 0) & (p < out.shape[0]):
+                        for u in T.unroll(group):
+                            if column(c, g * group + u, tx) < H:
+                                store(out, p, column(c, g * group + u, tx), frag, u * vec)
 
     return move
 

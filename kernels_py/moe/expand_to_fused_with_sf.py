@@ -16,19 +16,22 @@ spare columns ``P .. P4 - 1`` are zeroed (TileKernels' reference allocates the b
 zeros). Rows that are neither routed nor padding are left unwritten, as expand_to_fused.
 
 One kernel, expand_to_fused's grid and data path (its ``data_ops`` macro, block (b, c) moving
-column chunk c of token row b); the blocks of chunk 0 also move the scale row: each thread
-loads scale columns ``tx, tx + 128, ...`` of token b once and stores them to the token's K
-rows (and zeroes them for a padding row b). A column-major scale store is 4 bytes at a stride
-of ``4 P4`` bytes, as TileKernels' kernel stores them; the scales are ``4 F`` bytes per row
-against ``H`` bytes of data (F = H / 128 or H / 32), so they are at most an eighth of the
-traffic. Block (0, 0) also zeroes the spare columns.
+column chunk c of token row b); the blocks of chunk 0 also move the scale row, before the
+data: each thread loads scale columns ``tx, tx + 128, ...`` of token b once and stores them
+to the token's K rows (and zeroes them for a padding row b). Its loops stay rolled
+(``rolled``) and it runs before the data path, whose registers (the chunk's vectors, the K
+rows' addresses) then need not live beside the scale move's: 42 registers per thread on
+sm_90a against 168 before (tests/test_sass_generic.py). A column-major scale store is 4
+bytes at a stride of ``4 P4`` bytes, as TileKernels' kernel stores them; the scales are
+``4 F`` bytes per row against ``H`` bytes of data (F = H / 128 or H / 32), so they are at
+most an eighth of the traffic. Block (0, 0) also zeroes the spare columns.
 """
 
 # No "from __future__ import annotations": TileLang evaluates prim_func annotations eagerly.
 
 from ..ceildiv import ceildiv
 from ..spec import ALL_CUDA_SAME, KernelSpec
-from .expand_to_fused import CHUNK_BYTES, ITEMSIZE, THREADS, data_ops
+from .expand_to_fused import CHUNK_BYTES, ITEMSIZE, THREADS, data_ops, rolled
 from .expand_to_fused import reference as expand_reference
 
 DTYPE = "float8_e4m3fn"  # the data (TileKernels' casts with 32/128-column scales)
@@ -73,9 +76,9 @@ def _build(sf_dtype: str, layout: str, cuda: bool):
         # at least one chunk column: the scales move even where H is 0
         with T.Kernel(T.max(Tn, P), T.max(ceildiv(T, H, chunk), 1), threads=THREADS) as (b, c):
             tx = T.get_thread_binding()
-            rows(x, token_topk_to_pos, pos_to_expert, out, b, c, tx)
             if c == 0:
                 sf_rows(x_sf, token_topk_to_pos, pos_to_expert, out_sf, b, tx)
+            rows(x, token_topk_to_pos, pos_to_expert, out, b, c, tx)
 
     return expand_to_fused_with_sf
 
@@ -100,15 +103,15 @@ def _sf_ops(T, sf_dtype: str, layout: str):
         value = T.alloc_local((1,), sf_dtype)
         if b < P:
             if pos_to_expert[b] < 0:  # padding row: zero scales
-                for i in T.serial(steps):
+                for i in rolled(T, steps):
                     if i * THREADS + tx < F:
                         put(out_sf, b, i * THREADS + tx, zero)
         if b < x_sf.shape[0]:
-            for i in T.serial(steps):
+            for i in rolled(T, steps):
                 f = i * THREADS + tx
                 if f < F:
                     value[0] = x_sf[b, f]
-                    for k in T.serial(token_topk_to_pos.shape[1]):
+                    for k in rolled(T, token_topk_to_pos.shape[1]):
                         p = T.alloc_var("int32", init=token_topk_to_pos[b, k])
                         if (p >= 0) & (p < P):
                             put(out_sf, p, f, value[0])
@@ -116,7 +119,7 @@ def _sf_ops(T, sf_dtype: str, layout: str):
             if b == 0:  # the spare token columns of the padded buffer: zeros
                 for j in T.unroll(TMA_ALIGN - 1):
                     if P + j < out_sf.shape[1]:
-                        for i in T.serial(steps):
+                        for i in rolled(T, steps):
                             if i * THREADS + tx < F:
                                 out_sf[i * THREADS + tx, P + j] = zero
 
