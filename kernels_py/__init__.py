@@ -57,6 +57,7 @@ OP_MODULES = (
     "kernels_py.quant.cast_back_fp4",
     "kernels_py.quant.per_channel_cast_fp8",
     "kernels_py.quant.per_channel_cast_fused",
+    "kernels_py.quant.per_channel_cast_and_transpose",
 )
 
 

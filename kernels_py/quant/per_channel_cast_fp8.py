@@ -158,21 +158,22 @@ def tile_ops(T, M, N, vec: int, aligned: bool, dtype: str):
     return finish
 
 
-def reference(x, round_sf: bool = False):
-    """torch reference, bit-exact for finite x: ``(q [M, N] e4m3fn, scale [ceil(M/128), N]
+def reference(x, round_sf: bool = False, rows: int = ROWS):
+    """torch reference, bit-exact for finite x: ``(q [M, N] e4m3fn, scale [ceil(M/rows), N]
     float32)``; ``round_sf``: the power-of-two scales (the kernel's scalar). TileKernels'
-    ``tile_kernels.torch.cast(x, "e4m3", (128, 1), round_sf=round_sf)`` computes the same bytes
-    (tests/test_parity_quant.py)."""
+    ``tile_kernels.torch.cast(x, "e4m3", (rows, 1), round_sf=round_sf)`` computes the same bytes
+    (tests/test_parity_quant.py). The kernel's ``rows`` is 128 (per_channel_cast_and_transpose
+    takes 32 too)."""
     import torch
     import torch.nn.functional as F
 
     m, n = x.shape
-    bm = -(-m // ROWS)
+    bm = -(-m // rows)
     xf = x.float()
-    # |x| max over each column's 128-row groups; zero padding changes no max.
-    amax = F.pad(xf.abs(), (0, 0, 0, bm * ROWS - m)).view(bm, ROWS, n).amax(dim=1)
+    # |x| max over each column's row groups; zero padding changes no max.
+    amax = F.pad(xf.abs(), (0, 0, 0, bm * rows - m)).view(bm, rows, n).amax(dim=1)
     scale, inv = reference_scale_and_inv(amax.clamp(min=AMAX_FLOOR), FP8_MAX, round_sf)
-    q = (xf * inv.repeat_interleave(ROWS, 0)[:m]).clamp(-FP8_MAX, FP8_MAX)
+    q = (xf * inv.repeat_interleave(rows, 0)[:m]).clamp(-FP8_MAX, FP8_MAX)
     return q.to(torch.float8_e4m3fn), scale
 
 
