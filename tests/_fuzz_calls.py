@@ -376,6 +376,31 @@ def per_channel_cast_fused(d: Draw) -> Call:
     return c
 
 
+def per_channel_cast_and_transpose(d: Draw) -> Call:
+    """Written from tileaot.per_channel_cast_and_transpose's docstring: bf16/fp16 x [T, H]
+    with T % num_per_tokens == 0 (32 or 128; T within one launch) and H % 8 == 0; q [H, T]
+    e4m3 and scale [T // num_per_tokens, H] float32; no element of x launches nothing."""
+    dt, g = d.pick((BF16, FP16)), d.pick((32, 128))
+    t, h = d.size(6, step=g, big=False), d.size(30, step=8)
+    x = d.randn((t, h), dt, 10.0)
+    round_sf = d.flag()
+    scales = (t // g, h)
+    c = Call(
+        {"x": x, "num_per_tokens": g, "round_sf": round_sf},
+        [((h, t), E4M3), (scales, FP32)],
+        t * h > 0,
+        bad={"round_sf": [1, None], "num_per_tokens": [64, 0, None, 128.0]},
+    )
+    out = d.outs(c, [("out[0] (q)", (h, t), E4M3), ("out[1] (scale)", scales, FP32)])
+    c.slot(("x",), "x", (BF16, FP16), (0, 1) if out else ())
+
+    def check(result: Any) -> None:  # bit-exact (tests/test_gpu_per_channel_cast_and_transpose.py)
+        _same_bits(result, _ref("quant.per_channel_cast_and_transpose")(x, g, round_sf))
+
+    c.check = check
+    return c
+
+
 def per_token_cast_e5m6(d: Draw) -> Call:
     dt, m, n = d.pick((BF16, FP32)), d.size(200), d.size(40, step=8)  # N % 8 == 0
     x = d.randn((m, n), dt, 10.0)
@@ -1476,6 +1501,7 @@ BUILDERS = {
         per_block_cast_fp8,
         per_channel_cast_fp8,
         per_channel_cast_fused,
+        per_channel_cast_and_transpose,
         per_token_cast_e5m6,
         cast_back,
         cast_back_groups,
