@@ -102,6 +102,15 @@ def _per_channel_cast_fused(t: int, h: int, k: int, e: int, fp8: bool, round_sf:
     return make
 
 
+def _per_channel_cast_and_transpose(t: int, h: int, group: int, round_sf: bool):
+    def make(tk):
+        x = _bf16(t, h)
+        fn = tk.quant.per_channel_cast_and_transpose
+        return lambda: fn(x, "e4m3", group, round_sf)
+
+    return make
+
+
 def _cast_back_fp8(m: int, n: int, block: tuple[int, int], fmt: str):
     def make(tk):
         q = _fp8(m, n)
@@ -484,6 +493,7 @@ PTC8, PTC8R = "per_token_cast_fp8 bf16 g128", "per_token_cast_fp8 bf16 g128 roun
 PBC, PTC4 = "per_block_cast_fp8 bf16", "per_token_cast_fp4 bf16 g32 ue8m0"
 PCC, PTE = "per_channel_cast_fp8 bf16", "per_token_cast_e5m6 bf16"
 PCF = "per_channel_cast_fused bf16 E256 a128"
+PCT = "per_channel_cast_and_transpose bf16"
 CB, SW, SWW = (
     "cast_back fp8 g128 -> bf16",
     "swiglu_per_token_cast_fp8 bf16",
@@ -519,6 +529,11 @@ CASES: list[Case] = [
          ("per_channel_cast_fused e4m3 g128 E256 a128", "4096x7168 k8",
           _per_channel_cast_fused(4096, 7168, 8, 256, True, False)),
          (PCF, "128x7168 k8", _per_channel_cast_fused(128, 7168, 8, 256, False, False))),
+    *_op("per_channel_cast_and_transpose",
+         (PCT + " g128", X, _per_channel_cast_and_transpose(32768, 7168, 128, False)),
+         (PCT + " g128", "4096x7168", _per_channel_cast_and_transpose(4096, 7168, 128, False)),
+         (PCT + " g32", X, _per_channel_cast_and_transpose(32768, 7168, 32, False)),
+         (PCT + " g128 round_sf", X, _per_channel_cast_and_transpose(32768, 7168, 128, True))),
     *_op("per_token_cast_e5m6",
          (PTE, X, _per_token_cast(32768, 7168, "e5m6", 7168, False)),
          (PTE, "128x4096", _per_token_cast(128, 4096, "e5m6", 4096, False)),
