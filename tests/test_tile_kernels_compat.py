@@ -102,6 +102,7 @@ def _flat(result) -> list[torch.Tensor]:
 
 X = t(8, 256)
 X32 = t(8, 256, dtype=F32)
+XT = t(128, 64)  # per_channel_cast_and_transpose: tokens a multiple of 128
 Q8 = X.to(F8)
 S_G128, S_TOK, S_BLOCK = t(8, 2, dtype=F32), t(8, 1, dtype=F32), t(1, 2, dtype=F32)
 Q4 = torch.randint(0, 256, (8, 128), dtype=torch.uint8)
@@ -206,6 +207,18 @@ CASES = [
         lambda: quant.per_channel_cast(X, "e4m3", 128, round_sf=True),
         lambda: tileaot.per_channel_cast_fp8(X, round_sf=True),
         [(F8, (8, 256)), (F32, (1, 256))],
+    ),
+    (
+        "per_channel_cast_and_transpose-g32",
+        lambda: quant.per_channel_cast_and_transpose(XT, "e4m3", 32, True),
+        lambda: tileaot.per_channel_cast_and_transpose(XT, 32, round_sf=True),
+        [(F8, (64, 128)), (F32, (4, 64))],
+    ),
+    (
+        "per_channel_cast_and_transpose-g128",
+        lambda: quant.per_channel_cast_and_transpose(XT, "e4m3", 128),
+        lambda: tileaot.per_channel_cast_and_transpose(XT, 128),
+        [(F8, (64, 128)), (F32, (1, 64))],
     ),
     (
         "per_channel_cast_fused-gather",
@@ -581,6 +594,7 @@ def _stand_ins() -> dict:
     from kernels_py.quant import cast_back_fp4 as cb4
     from kernels_py.quant import cast_back_fp8 as cb8
     from kernels_py.quant import per_block_cast_fp8 as pb
+    from kernels_py.quant import per_channel_cast_and_transpose as pct
     from kernels_py.quant import per_channel_cast_fp8 as pc
     from kernels_py.quant import per_channel_cast_fused as pcf
     from kernels_py.quant import per_token_cast_e5m6 as e5
@@ -601,6 +615,9 @@ def _stand_ins() -> dict:
         "per_token_cast_fp8": lambda x, g=128, *, round_sf=False: pt.reference(x, g, round_sf),
         "per_block_cast_fp8": lambda x, *, round_sf=False: pb.reference(x, round_sf),
         "per_channel_cast_fp8": lambda x, *, round_sf=False: pc.reference(x, round_sf),
+        "per_channel_cast_and_transpose": lambda x, g=128, *, round_sf=False: pct.reference(
+            x, g, round_sf
+        ),
         "per_channel_cast_fused": _channel_fused(pcf.reference),
         "per_token_cast_fp4": fp4.reference,
         "per_token_cast_e5m6": lambda x, *, round_sf=False: e5.reference(x, round_sf),
@@ -683,6 +700,12 @@ def references(monkeypatch):
     )
 
 
+def _transposed(cast: tuple) -> tuple:
+    """TileKernels' per_channel_cast_and_transpose from its reference's (G, 1) cast: the
+    codes transposed (what its kernel writes), the scales as they are."""
+    return cast[0].T.contiguous(), cast[1]
+
+
 def _edgy(m: int, n: int, dtype=BF16, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(m, n, generator=g) * 3
@@ -707,6 +730,7 @@ def _with_sf_inputs(x: torch.Tensor, g: torch.Generator) -> list[tuple]:
 def _tk_cases():
     cast, topk = tk("cast"), tk("topk")
     x, x32, gate = _edgy(129, 512), _edgy(7, 256, F32, 1), _edgy(129, 512, seed=2)
+    xt = _edgy(256, 192, seed=10)  # per_channel_cast_and_transpose: tokens a multiple of 128
     q8, qb = cast.cast(x, "e4m3", (1, 128)), cast.cast(x, "e4m3", (128, 128), round_sf=True)
     q8t = cast.cast(x32, "e4m3", (1, 256))
     q4 = cast.cast(x, "e2m1", (1, 32), round_sf=True)
@@ -806,6 +830,15 @@ def _tk_cases():
             "per_channel_cast",
             lambda: quant.per_channel_cast(x, "e4m3", 128, round_sf=True),
             lambda: cast.cast(x, "e4m3", (128, 1), round_sf=True),
+        ),
+        *(
+            (
+                f"per_channel_cast_and_transpose-g{g}-{round_sf}",
+                lambda g=g, r=round_sf: quant.per_channel_cast_and_transpose(xt, "e4m3", g, r),
+                lambda g=g, r=round_sf: _transposed(cast.cast(xt, "e4m3", (g, 1), round_sf=r)),
+            )
+            for g in (32, 128)
+            for round_sf in (False, True)
         ),
         (
             "per_channel_cast_fused-gather-bf16",
@@ -970,7 +1003,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 61  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 65  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -1161,6 +1194,16 @@ NOT_SERVED = [
         lambda: quant.per_token_cast(X, "e2m1", 128, round_sf=True),
         "per_token_cast: num_per_channels=128",
         " with fmt='e2m1' (served: 16, 32)",
+    ),
+    (
+        lambda: quant.per_channel_cast_and_transpose(XT, "e4m3", 64),
+        "per_channel_cast_and_transpose: num_per_tokens=64",
+        " (served: 32, 128)",
+    ),
+    (
+        lambda: quant.per_channel_cast_and_transpose(XT, "e5m6", 128),
+        "per_channel_cast_and_transpose: fmt='e5m6'",
+        " (served: 'e4m3')",
     ),
     (
         lambda: quant.per_channel_cast_fused(X, "e4m3", 64),

@@ -15,7 +15,8 @@ Served (module: functions -> tileaot op):
   ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`), ``per_channel_cast``
   (e4m3, 128 tokens a scale -> `per_channel_cast_fp8`), ``per_channel_cast_fused``
   (e4m3, 128 tokens a scale, bf16/fp32 or (e4m3, fp32 (1, 128) scales) rows, optional
-  ``pos_to_token`` -> `per_channel_cast_fused`), ``cast_back`` /
+  ``pos_to_token`` -> `per_channel_cast_fused`), ``per_channel_cast_and_transpose``
+  (e4m3, 32 or 128 tokens a scale -> `per_channel_cast_and_transpose`), ``cast_back`` /
   ``per_token_cast_back`` (-> `cast_back`; ``x_special_fmt="e5m6"`` -> `cast_back_e5m6`),
   ``swiglu_forward_and_per_token_cast`` (e4m3, 128 -> `swiglu_per_token_cast_fp8`),
   ``swiglu_backward_and_per_token_cast`` (32 or 128 -> `swiglu_backward`, then

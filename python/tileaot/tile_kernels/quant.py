@@ -28,6 +28,7 @@ __all__ = [
     "cast_back",
     "per_block_cast",
     "per_channel_cast",
+    "per_channel_cast_and_transpose",
     "per_channel_cast_fused",
     "per_token_cast",
     "per_token_cast_back",
@@ -126,6 +127,20 @@ def per_channel_cast(
     require(func, "fmt", fmt, ("e4m3",))
     require(func, "num_per_tokens", num_per_tokens, (128,))
     return tileaot.per_channel_cast_fp8(x, round_sf=round_sf)
+
+
+def per_channel_cast_and_transpose(
+    x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool = False
+) -> QuantTensor:
+    """Per-channel cast written transposed, `tileaot.per_channel_cast_and_transpose`:
+    ``fmt="e4m3"``, ``num_per_tokens`` 32 or 128; ``(out, out_sf)``, float8_e4m3fn
+    ``[hidden, num_tokens]`` and float32 row-major ``[num_tokens // num_per_tokens, hidden]``.
+    bf16 (or fp16) ``x``; ``num_tokens % num_per_tokens == 0`` and ``hidden % 8 == 0``
+    (TileKernels asks ``num_tokens % 128 == 0`` and ``hidden % 64 == 0``)."""
+    func = "per_channel_cast_and_transpose"
+    require(func, "fmt", fmt, ("e4m3",))
+    require(func, "num_per_tokens", num_per_tokens, (32, 128))
+    return tileaot.per_channel_cast_and_transpose(x, num_per_tokens, round_sf=round_sf)
 
 
 def per_channel_cast_fused(
