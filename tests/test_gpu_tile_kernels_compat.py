@@ -102,6 +102,27 @@ def test_per_channel_cast(m, round_sf, dtype):
     _same(sf, sf_tk, "sf")
 
 
+@pytest.mark.parametrize("group", [32, 128])
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("m", (128, 4096))
+def test_per_channel_cast_and_transpose(m, round_sf, group):
+    """TileKernels' reference (its (G, 1) cast, codes transposed) and, where TileLang runs
+    here, TileKernels' kernel itself: bytes of both."""
+    x = _x(m, 7168, seed=m)
+    _poison()
+    q, sf = _compat().quant.per_channel_cast_and_transpose(x, "e4m3", group, round_sf)
+    q_tk, sf_tk = _tk("cast").cast(x, "e4m3", (group, 1), round_sf=round_sf)
+    _same(q, q_tk.T.contiguous(), "q")
+    _same(sf, sf_tk, "sf")
+    try:
+        import tile_kernels.quant as tk_quant
+    except ImportError:  # pragma: no cover - TileLang's JIT missing on this machine
+        return
+    q_k, sf_k = tk_quant.per_channel_cast_and_transpose(x, "e4m3", group, round_sf)
+    _same(q, q_k, "q (TileKernels' kernel)")
+    _same(sf, sf_k, "sf (TileKernels' kernel)")
+
+
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("m", TOKENS)
