@@ -62,8 +62,8 @@ def factory(arch: str, dtype: str, group: str):
     import tilelang.language as T
 
     g = GROUPS[group]
-    warps_per_column = TILE_T // CHUNK
     Tn, H = T.dynamic("T"), T.dynamic("H")
+    tile = transposed_tile(T, dtype, g, Tn, H, _load_macro(T))
 
     @T.prim_func
     def per_channel_cast_and_transpose(
@@ -73,67 +73,91 @@ def factory(arch: str, dtype: str, group: str):
         round_sf: T.int32,
     ):
         with T.Kernel(ceildiv(T, H, TILE_H), ceildiv(T, Tn, TILE_T), threads=THREADS) as (bh, bt):
-            T.assume(H % VEC == 0)
-            T.assume(Tn % g == 0)
-            tile = T.alloc_shared((TILE_H, STRIDE), "float32")
-            partial = T.alloc_shared((warps_per_column, TILE_H), "float32")
-            buf = T.alloc_local((LOADS * VEC,), dtype)
-            vals = T.alloc_local((CHUNK,), "float32")
-            q8 = T.alloc_local((CHUNK,), FP8)
-            amax = T.alloc_var("float32")
-            s = T.alloc_var("float32")
-            inv = T.alloc_var("float32")
-            tx = T.get_thread_binding()
-            lane, warp = tx % 32, tx // 32
-            # Load: lane pairs take adjacent vectors of a token row (one 32-byte sector).
-            hv = lane % 2 + 2 * (warp % 4)  # the thread's vector of the tile's 8
-            tr = lane // 2 + 16 * (warp // 4)  # its first token; then every 32nd
-            h_in = bh * TILE_H + hv * VEC
-            for i in T.unroll(LOADS):
-                if (bt * TILE_T + tr + i * 32 < Tn) & (h_in < H):
-                    for v in T.vectorized(VEC):
-                        buf[i * VEC + v] = x[bt * TILE_T + tr + i * 32, h_in + v]
-                else:
-                    for v in T.vectorized(VEC):
-                        buf[i * VEC + v] = T.cast(0, dtype)
-            # Word (h, t) is bank (2h + t) % 32: the lanes' 32 stores hit 32 banks.
-            for i in T.unroll(LOADS):
-                for v in T.unroll(VEC):
-                    tile[hv * VEC + v, tr + i * 32] = T.cast(buf[i * VEC + v], "float32")
-            T.sync_threads()
-            # Cast: column hl of the tile, tokens c * 32 ... of it.
-            hl = (warp % 2) * 32 + lane
-            c = warp // 2
-            for k in T.unroll(CHUNK // 2):
-                for v in T.vectorized(2):
-                    vals[k * 2 + v] = tile[hl, c * CHUNK + k * 2 + v]
-            amax = T.float32(0)
-            for k in T.unroll(CHUNK):
-                amax = T.max(amax, T.abs(vals[k]))
-            if g > CHUNK:  # g128: the tile's 4 chunks of a column are one group
-                partial[c, hl] = amax
-                T.sync_threads()
-                for j in T.unroll(warps_per_column):
-                    amax = T.max(amax, partial[j, hl])
-            amax = T.max(amax, AMAX_FLOOR)
-            s = scale_of(T, amax, FP8_MAX, round_sf)
-            inv = inv_of(T, amax, s, FP8_MAX, round_sf)
-            h = bh * TILE_H + hl
-            t0 = bt * TILE_T + c * CHUNK
-            if (h < H) & (t0 < Tn):
-                if (g == CHUNK) | (c == 0):
-                    scale[t0 // g, h] = s
-                for k in T.unroll(CHUNK):
-                    vals[k] = T.ieee_mul(vals[k], inv)
-                # fp32 -> e4m3 in pairs (__nv_cvt_float2_to_fp8x2: RN, satfinite).
-                for k in T.unroll(CHUNK // 4):
-                    for v in T.vectorized(4):
-                        q8[k * 4 + v] = vals[k * 4 + v]
-                for half in T.unroll(CHUNK // 16):
-                    for k in T.vectorized(16):
-                        q[h, t0 + half * 16 + k] = q8[half * 16 + k]
+            tile(x, None, q, scale, round_sf, bh, bt)
 
     return per_channel_cast_and_transpose
+
+
+def _load_macro(T):
+    @T.macro
+    def load(x, extra, buf, i, t, h):
+        for v in T.vectorized(VEC):
+            buf[i * VEC + v] = x[t, h + v]
+
+    return load
+
+
+def transposed_tile(T, dtype: str, g: int, Tn, H, load):
+    """Macro ``cast(x, extra, q, scale, round_sf, bh, bt)``: the cast of tile (bh, bt) (tokens
+    ``bt * 128 ...``, columns ``bh * 64 ...`` of the ``[T, H]`` values), its codes stored
+    transposed into ``q[H, T]`` and its scales into ``scale[T // g, H]``. ``load(x, extra, buf,
+    i, t, h)`` puts the 8 values ``(t, h ...)`` in x's dtype into ``buf[i * 8 ...]`` (16-byte
+    aligned, inside the matrix); ``extra`` is the caller's (None, or a scalar it needs).
+    Shared by per_channel_cast_and_transpose and swiglu_per_channel_cast_and_transpose."""
+    warps_per_column = TILE_T // CHUNK
+
+    @T.macro
+    def cast(x, extra, q, scale, round_sf, bh, bt):
+        T.assume(H % VEC == 0)
+        T.assume(Tn % g == 0)
+        tile = T.alloc_shared((TILE_H, STRIDE), "float32")
+        partial = T.alloc_shared((warps_per_column, TILE_H), "float32")
+        buf = T.alloc_local((LOADS * VEC,), dtype)
+        vals = T.alloc_local((CHUNK,), "float32")
+        q8 = T.alloc_local((CHUNK,), FP8)
+        amax = T.alloc_var("float32")
+        s = T.alloc_var("float32")
+        inv = T.alloc_var("float32")
+        tx = T.get_thread_binding()
+        lane, warp = tx % 32, tx // 32
+        # Load: lane pairs take adjacent vectors of a token row (one 32-byte sector).
+        hv = lane % 2 + 2 * (warp % 4)  # the thread's vector of the tile's 8
+        tr = lane // 2 + 16 * (warp // 4)  # its first token; then every 32nd
+        h_in = bh * TILE_H + hv * VEC
+        for i in T.unroll(LOADS):
+            if (bt * TILE_T + tr + i * 32 < Tn) & (h_in < H):
+                load(x, extra, buf, i, bt * TILE_T + tr + i * 32, h_in)
+            else:
+                for v in T.vectorized(VEC):
+                    buf[i * VEC + v] = T.cast(0, dtype)
+        # Word (h, t) is bank (2h + t) % 32: the lanes' 32 stores hit 32 banks.
+        for i in T.unroll(LOADS):
+            for v in T.unroll(VEC):
+                tile[hv * VEC + v, tr + i * 32] = T.cast(buf[i * VEC + v], "float32")
+        T.sync_threads()
+        # Cast: column hl of the tile, tokens c * 32 ... of it.
+        hl = (warp % 2) * 32 + lane
+        c = warp // 2
+        for k in T.unroll(CHUNK // 2):
+            for v in T.vectorized(2):
+                vals[k * 2 + v] = tile[hl, c * CHUNK + k * 2 + v]
+        amax = T.float32(0)
+        for k in T.unroll(CHUNK):
+            amax = T.max(amax, T.abs(vals[k]))
+        if g > CHUNK:  # g128: the tile's 4 chunks of a column are one group
+            partial[c, hl] = amax
+            T.sync_threads()
+            for j in T.unroll(warps_per_column):
+                amax = T.max(amax, partial[j, hl])
+        amax = T.max(amax, AMAX_FLOOR)
+        s = scale_of(T, amax, FP8_MAX, round_sf)
+        inv = inv_of(T, amax, s, FP8_MAX, round_sf)
+        h = bh * TILE_H + hl
+        t0 = bt * TILE_T + c * CHUNK
+        if (h < H) & (t0 < Tn):
+            if (g == CHUNK) | (c == 0):
+                scale[t0 // g, h] = s
+            for k in T.unroll(CHUNK):
+                vals[k] = T.ieee_mul(vals[k], inv)
+            # fp32 -> e4m3 in pairs (__nv_cvt_float2_to_fp8x2: RN, satfinite).
+            for k in T.unroll(CHUNK // 4):
+                for v in T.vectorized(4):
+                    q8[k * 4 + v] = vals[k * 4 + v]
+            for half in T.unroll(CHUNK // 16):
+                for k in T.vectorized(16):
+                    q[h, t0 + half * 16 + k] = q8[half * 16 + k]
+
+    return cast
 
 
 def reference(x, group: int = 128, round_sf: bool = False):
