@@ -23,6 +23,7 @@ OP_MODULES = (
     "kernels_py.moe.inplace_unique_group_indices",
     "kernels_py.act.swiglu",
     "kernels_py.act.swiglu_per_token_cast_fp8",
+    "kernels_py.act.swiglu_per_channel_cast_and_transpose",
     "kernels_py.act.swiglu_backward",
     "kernels_py.layout.transpose",
     "kernels_py.mhc.sinkhorn_normalize",

@@ -302,18 +302,22 @@ def _flat_scalar_tile(T, M, H, vec: int):
     return tile_scalar
 
 
-def reference(x):
+def reference(x, clamp=None):
     """torch reference: fp32 math in the kernel's operation order, result in x's dtype.
 
     On a CUDA tensor it performs the kernel's operations (``torch.exp`` is libdevice ``expf``,
     tensor division is IEEE), so it matches the kernel bit for bit; on the CPU ``exp`` may
-    differ by an ulp.
+    differ by an ulp. ``clamp`` (this kernel has none; swiglu_per_channel_cast_and_transpose's
+    does): DeepSeek-V3's swiglu_limit, gate capped above, up on both sides, before silu.
     """
     import torch
 
     h = x.shape[-1] // 2
     g = x[..., :h].float()
     u = x[..., h:].float()
+    if clamp is not None:
+        g = g.clamp(max=clamp)
+        u = u.clamp(min=-clamp, max=clamp)
     one = torch.ones((), dtype=torch.float32, device=x.device)
     return (g / (one + torch.exp(-g)) * u).to(x.dtype)
 

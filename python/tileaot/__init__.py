@@ -63,6 +63,7 @@ from .sinkhorn_normalize import sinkhorn_normalize
 from .sinkhorn_normalize_backward import sinkhorn_normalize_backward
 from .swiglu import swiglu
 from .swiglu_backward import swiglu_backward
+from .swiglu_per_channel_cast_and_transpose import swiglu_per_channel_cast_and_transpose
 from .swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from .top2_sum_gate import top2_sum_gate
 from .topk_gate import topk_gate
@@ -120,6 +121,7 @@ __all__ = [
     "sinkhorn_normalize_backward",
     "swiglu",
     "swiglu_backward",
+    "swiglu_per_channel_cast_and_transpose",
     "swiglu_per_token_cast_fp8",
     "top2_sum_gate",
     "topk_gate",

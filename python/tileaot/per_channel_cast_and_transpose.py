@@ -4,7 +4,7 @@ or 128 tokens (op "per_channel_cast_and_transpose"): TileKernels'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import _arrays, _row_group_cast, _validate
 from ._schema import OpSchema, short_of
@@ -100,6 +100,19 @@ def per_channel_cast_and_transpose(
     if type(x) is not _arrays.Tensor and _arrays.foreign(x):
         return _arrays.call(per_channel_cast_and_transpose, locals())
     bound = SCHEMA.bind({"x": x})
+    key = checked_key(SCHEMA, bound, num_per_tokens, round_sf)
+    q, scale = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, {"x": x})
+    if bound.dims["T"] == 0 or bound.dims["H"] == 0:
+        return q, scale
+    SCHEMA.launch(key, bound.device, (x, q, scale), _row_group_cast.ROUND_SF[round_sf], bound.dims)
+    return q, scale
+
+
+def checked_key(schema: OpSchema, bound: Any, num_per_tokens: Any, round_sf: Any) -> str:
+    """The dispatch key of a checked call of `schema`'s op (this one or its SwiGLU-fused
+    twin: tokens T and output columns H bound), its scale rows fixed on `bound`; one-line
+    errors for the rules the schema does not state."""
+    op = schema.op
     if type(num_per_tokens) is not int:
         num_per_tokens = _validate.integer("num_per_tokens", num_per_tokens)
     if num_per_tokens not in GROUPS:
@@ -112,19 +125,12 @@ def per_channel_cast_and_transpose(
             f"x has T = {t} tokens, not a multiple of num_per_tokens={num_per_tokens}: pad x"
         )
     if h % VEC:
-        raise ValueError(f"x has H = {h} columns; per_channel_cast_and_transpose needs H % 8 == 0")
+        raise ValueError(f"{op} needs H % 8 == 0 output columns; x gives H = {h}")
     if t > TOKENS_PER_LAUNCH:
-        raise ValueError(
-            f"x has T = {t} tokens; per_channel_cast_and_transpose takes at most "
-            f"{TOKENS_PER_LAUNCH}: split x by rows"
-        )
+        raise ValueError(f"x has T = {t} tokens; {op} takes at most {TOKENS_PER_LAUNCH}: split x")
     key = f"{bound.picked['X']},g{num_per_tokens}"
-    SCHEMA.fix(bound, key)
-    q, scale = SCHEMA.outputs(_arrays.namespace(x), x, bound, out, {"x": x})
-    if t == 0 or h == 0:
-        return q, scale
-    SCHEMA.launch(key, bound.device, (x, q, scale), _row_group_cast.ROUND_SF[round_sf], bound.dims)
-    return q, scale
+    schema.fix(bound, key)
+    return key
 
 
 example_shapes = SCHEMA.example_shapes

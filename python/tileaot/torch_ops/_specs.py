@@ -60,6 +60,7 @@ from ..sinkhorn_normalize import sinkhorn_normalize
 from ..sinkhorn_normalize_backward import sinkhorn_normalize_backward
 from ..swiglu import swiglu
 from ..swiglu_backward import swiglu_backward
+from ..swiglu_per_channel_cast_and_transpose import swiglu_per_channel_cast_and_transpose
 from ..swiglu_per_token_cast_fp8 import swiglu_per_token_cast_fp8
 from ..top2_sum_gate import top2_sum_gate
 from ..topk_gate import topk_gate
@@ -135,6 +136,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(inplace_unique_group_indices),
     _from_schema(swiglu),
     _from_schema(swiglu_per_token_cast_fp8),
+    _from_schema(swiglu_per_channel_cast_and_transpose),
     _from_schema(swiglu_backward),
     _from_schema(transpose),
     _from_schema(sinkhorn_normalize),
