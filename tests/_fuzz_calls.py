@@ -205,6 +205,37 @@ def swiglu_per_token_cast_fp8(d: Draw) -> Call:
     return c
 
 
+def swiglu_per_channel_cast_and_transpose(d: Draw) -> Call:
+    """Written from tileaot.swiglu_per_channel_cast_and_transpose's docstring: bf16 x [T, 2H]
+    with T % num_per_tokens == 0 (32 or 128) and H % 8 == 0; q [H, T] e4m3 and scale
+    [T // num_per_tokens, H] float32; an optional clamp; no element of q launches nothing."""
+    g = d.pick((32, 128))
+    t, h = d.size(6, step=g, big=False), d.size(30, step=8)
+    x = d.randn((t, 2 * h), BF16, 4.0)
+    clamp = d.pick([None, 7.0, 1e-3])
+    round_sf = d.flag()
+    scales = (t // g, h)
+    c = Call(
+        {"x": x, "num_per_tokens": g, "clamp": clamp, "round_sf": round_sf},
+        [((h, t), E4M3), (scales, FP32)],
+        t * h > 0,
+        bad={
+            "clamp": [0.0, -1.0, math.inf, math.nan, 1e39, "7", True],
+            "round_sf": [1, None],
+            "num_per_tokens": [64, 0, None, 128.0],
+        },
+    )
+    out = d.outs(c, [("out[0] (q)", (h, t), E4M3), ("out[1] (scale)", scales, FP32)])
+    c.slot(("x",), "x", (BF16,), (0, 1) if out else ())
+
+    def check(result: Any) -> None:  # bit-exact (its GPU test file)
+        ref = _ref("act.swiglu_per_channel_cast_and_transpose")
+        _same_bits(result, ref(x, g, clamp, round_sf))
+
+    c.check = check
+    return c
+
+
 def swiglu_backward(d: Draw) -> Call:
     """Written from tileaot.swiglu_backward's docstring: e4m3 x [M, 2H] with float32 scales
     x_sf [M, 2H / P] (P 32 or 128, H % P == 0), bf16 grad_out [M, H], float32 weight [T, K],
@@ -1496,6 +1527,7 @@ BUILDERS = {
         gemm,
         swiglu,
         swiglu_per_token_cast_fp8,
+        swiglu_per_channel_cast_and_transpose,
         per_token_cast_fp8,
         per_token_cast_fp8_groups,
         per_block_cast_fp8,

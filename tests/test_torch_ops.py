@@ -98,6 +98,8 @@ CASES = [
     ),
     ("per_channel_cast_and_transpose", lambda: (t(128, 72),)),
     ("per_channel_cast_and_transpose", lambda: (t(64, 16, dtype=F16), 32, True)),
+    ("swiglu_per_channel_cast_and_transpose", lambda: (t(128, 48),)),
+    ("swiglu_per_channel_cast_and_transpose", lambda: (t(64, 32), 32, 7.0, True)),
     ("per_token_cast_e5m6", lambda: (t(4, 64),)),
     ("per_token_cast_e5m6", lambda: (t(3, 40, dtype=F32), True)),
     ("cast_back", lambda: (fp8(4, 256), t(4, 2, dtype=F32))),
