@@ -148,6 +148,15 @@ def _swiglu_cast(m: int, h: int, weighted: bool = True, clamp=None, round_sf: bo
     return make
 
 
+def _swiglu_channel_cast(t: int, h: int, group: int, clamp=None):
+    def make(tk):
+        x = _bf16(t, 2 * h)
+        fn = tk.quant.swiglu_forward_and_per_channel_cast_and_transpose
+        return lambda: fn(x, "e4m3", group, swiglu_clamp_value=clamp)
+
+    return make
+
+
 def _swiglu_backward(t: int, k: int, h: int, p: int = 128, clamp=None):
     """swiglu_backward_and_per_token_cast: TileKernels' only kernel of the backward, which also
     writes x_grad's e4m3 cast (more bytes than our op's case)."""
@@ -494,6 +503,7 @@ PBC, PTC4 = "per_block_cast_fp8 bf16", "per_token_cast_fp4 bf16 g32 ue8m0"
 PCC, PTE = "per_channel_cast_fp8 bf16", "per_token_cast_e5m6 bf16"
 PCF = "per_channel_cast_fused bf16 E256 a128"
 PCT = "per_channel_cast_and_transpose bf16"
+SPCT, SPCT_SIZE = "swiglu_per_channel_cast_and_transpose bf16", "32768x2*2048"
 CB, SW, SWW = (
     "cast_back fp8 g128 -> bf16",
     "swiglu_per_token_cast_fp8 bf16",
@@ -534,6 +544,11 @@ CASES: list[Case] = [
          (PCT + " g128", "4096x7168", _per_channel_cast_and_transpose(4096, 7168, 128, False)),
          (PCT + " g32", X, _per_channel_cast_and_transpose(32768, 7168, 32, False)),
          (PCT + " g128 round_sf", X, _per_channel_cast_and_transpose(32768, 7168, 128, True))),
+    *_op("swiglu_per_channel_cast_and_transpose",
+         (SPCT + " g128", SPCT_SIZE, _swiglu_channel_cast(32768, 2048, 128)),
+         (SPCT + " g128", "4096x2*7168", _swiglu_channel_cast(4096, 7168, 128)),
+         (SPCT + " g32", SPCT_SIZE, _swiglu_channel_cast(32768, 2048, 32)),
+         (SPCT + " g128 clamp", SPCT_SIZE, _swiglu_channel_cast(32768, 2048, 128, 7.0))),
     *_op("per_token_cast_e5m6",
          (PTE, X, _per_token_cast(32768, 7168, "e5m6", 7168, False)),
          (PTE, "128x4096", _per_token_cast(128, 4096, "e5m6", 4096, False)),

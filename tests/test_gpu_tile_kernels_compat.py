@@ -123,6 +123,25 @@ def test_per_channel_cast_and_transpose(m, round_sf, group):
     _same(sf, sf_k, "sf (TileKernels' kernel)")
 
 
+@pytest.mark.parametrize("without_transpose", [False, True])
+@pytest.mark.parametrize("clamp", [None, 7.0])
+@pytest.mark.parametrize("group", [32, 128])
+@pytest.mark.parametrize("round_sf", [False, True])
+def test_swiglu_forward_and_per_channel_cast_and_transpose(
+    round_sf, group, clamp, without_transpose
+):
+    """TileKernels' references: swiglu_forward rounded to bf16 (its kernel's shared tile),
+    then its (G, 1) cast, transposed unless without_transpose."""
+    x = _x(4096, 2 * 2048, seed=group)
+    _poison()
+    fn = _compat().quant.swiglu_forward_and_per_channel_cast_and_transpose
+    q, sf = fn(x, "e4m3", group, round_sf, without_transpose, clamp)
+    a = _tk("swiglu").swiglu_forward(x, swiglu_clamp_value=clamp).bfloat16()
+    q_tk, sf_tk = _tk("cast").cast(a, "e4m3", (group, 1), round_sf=round_sf)
+    _same(q, q_tk if without_transpose else q_tk.T.contiguous(), "q")
+    _same(sf, sf_tk, "sf")
+
+
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("m", TOKENS)

@@ -221,6 +221,14 @@ CASES = [
         [(F8, (64, 128)), (F32, (1, 64))],
     ),
     (
+        "swiglu_forward_and_per_channel_cast_and_transpose",
+        lambda: quant.swiglu_forward_and_per_channel_cast_and_transpose(
+            XT, "e4m3", 32, True, swiglu_clamp_value=7.0
+        ),
+        lambda: tileaot.swiglu_per_channel_cast_and_transpose(XT, 32, 7.0, round_sf=True),
+        [(F8, (32, 128)), (F32, (4, 32))],
+    ),
+    (
         "per_channel_cast_fused-gather",
         lambda: quant.per_channel_cast_fused(X, "e4m3", 128, True, None, PTT),
         lambda: tileaot.per_channel_cast_fused(X, PTT, round_sf=True),
@@ -568,6 +576,7 @@ def test_e2m1_cast_back_refuses_scales_that_are_no_power_of_two(fake, cpu_as_cud
 def _stand_ins() -> dict:
     from kernels_py.act import swiglu as sw
     from kernels_py.act import swiglu_backward as swb
+    from kernels_py.act import swiglu_per_channel_cast_and_transpose as spct
     from kernels_py.act import swiglu_per_token_cast_fp8 as swq
     from kernels_py.engram import engram_fused_weight as efw
     from kernels_py.engram import engram_gate as eg
@@ -624,6 +633,9 @@ def _stand_ins() -> dict:
         "cast_back": cast_back,
         "cast_back_e5m6": lambda q, scale, *, out_dtype=None: cbe.reference(q, scale, out_dtype),
         "swiglu_per_token_cast_fp8": swq.reference,
+        "swiglu_per_channel_cast_and_transpose": lambda x, g=128, clamp=None, *, round_sf=False: (
+            spct.reference(x, g, clamp, round_sf)
+        ),
         "swiglu": _no_out(sw.reference),
         "swiglu_backward": lambda *args, out_dtype=None: swb.reference(*args, out_dtype=out_dtype),
         "top2_sum_gate": lambda *args: t2.reference(*args[:10]),  # scoring_func: sigmoid only
@@ -698,6 +710,15 @@ def references(monkeypatch):
     monkeypatch.setattr(
         tk("swiglu"), "elementwise_fma", lambda a, b, c: fma_f32(a, b, torch.full_like(a, c))
     )
+
+
+def _swiglu_channel_cast(x, group, round_sf, without_transpose, clamp):
+    """TileKernels' swiglu_forward_and_per_channel_cast_and_transpose from its references:
+    swiglu_forward rounded to bf16 (its kernel's shared tile), the (G, 1) cast, transposed
+    unless ``without_transpose``."""
+    a = tk("swiglu").swiglu_forward(x, swiglu_clamp_value=clamp).bfloat16()
+    q, sf = tk("cast").cast(a, "e4m3", (group, 1), round_sf=round_sf)
+    return (q if without_transpose else q.T.contiguous()), sf
 
 
 def _transposed(cast: tuple) -> tuple:
@@ -830,6 +851,18 @@ def _tk_cases():
             "per_channel_cast",
             lambda: quant.per_channel_cast(x, "e4m3", 128, round_sf=True),
             lambda: cast.cast(x, "e4m3", (128, 1), round_sf=True),
+        ),
+        *(
+            (
+                f"swiglu_forward_and_per_channel_cast_and_transpose-g{g}-{clamp}-{flip}",
+                lambda g=g, c=clamp, f=flip: (
+                    quant.swiglu_forward_and_per_channel_cast_and_transpose(xt, "e4m3", g, f, f, c)
+                ),
+                lambda g=g, c=clamp, f=flip: _swiglu_channel_cast(xt, g, f, f, c),
+            )
+            for g in (32, 128)
+            for clamp in (None, 0.5)
+            for flip in (False, True)  # round_sf and without_transpose
         ),
         *(
             (
@@ -1003,7 +1036,7 @@ def _tk_cases():
     ]
 
 
-N_TK_CASES = 65  # (parametrized by index: the cases need TileKernels, imported lazily)
+N_TK_CASES = 73  # (parametrized by index: the cases need TileKernels, imported lazily)
 
 
 @pytest.mark.parametrize("index", range(N_TK_CASES))
@@ -1194,6 +1227,11 @@ NOT_SERVED = [
         lambda: quant.per_token_cast(X, "e2m1", 128, round_sf=True),
         "per_token_cast: num_per_channels=128",
         " with fmt='e2m1' (served: 16, 32)",
+    ),
+    (
+        lambda: quant.swiglu_forward_and_per_channel_cast_and_transpose(XT, "e4m3", 64),
+        "swiglu_forward_and_per_channel_cast_and_transpose: num_per_tokens=64",
+        " (served: 32, 128)",
     ),
     (
         lambda: quant.per_channel_cast_and_transpose(XT, "e4m3", 64),

@@ -19,6 +19,8 @@ Served (module: functions -> tileaot op):
   (e4m3, 32 or 128 tokens a scale -> `per_channel_cast_and_transpose`), ``cast_back`` /
   ``per_token_cast_back`` (-> `cast_back`; ``x_special_fmt="e5m6"`` -> `cast_back_e5m6`),
   ``swiglu_forward_and_per_token_cast`` (e4m3, 128 -> `swiglu_per_token_cast_fp8`),
+  ``swiglu_forward_and_per_channel_cast_and_transpose`` (e4m3, 32 or 128 ->
+  `swiglu_per_channel_cast_and_transpose`; ``without_transpose`` by a torch copy after it),
   ``swiglu_backward_and_per_token_cast`` (32 or 128 -> `swiglu_backward`, then
   `per_token_cast_fp8` of its float32 x_grad).
 * ``torch`` (TileKernels' pure-torch references, served by kernels): ``swiglu_forward`` (->
@@ -60,6 +62,10 @@ Differences that remain (the results are TileKernels' where a call is served):
   returns them decoded to TileKernels' float32 (exact), and ``cast_back`` of e2m1 data
   encodes float32 scales back, refusing (ValueError) scales that are no power of two: that
   check reads one flag from the GPU (a sync).
+* ``swiglu_forward_and_per_channel_cast_and_transpose(..., without_transpose=True)`` runs
+  the transposing kernel and copies its codes back with torch (TileKernels has a kernel
+  path without the transpose); the bytes are the same. Its silu uses the accurate ``expf``
+  of TileKernels' torch reference.
 * ``swiglu_forward_and_per_token_cast`` gathers each row's weight from
   ``topk_weights`` with a torch indexing op before the fused kernel (TileKernels gathers
   inside it); a row with ``pos_to_token_topk == -1`` gets weight 0, as its reference.

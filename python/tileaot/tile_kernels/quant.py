@@ -33,6 +33,7 @@ __all__ = [
     "per_token_cast",
     "per_token_cast_back",
     "swiglu_backward_and_per_token_cast",
+    "swiglu_forward_and_per_channel_cast_and_transpose",
     "swiglu_forward_and_per_token_cast",
 ]
 
@@ -203,6 +204,29 @@ def per_token_cast_back(
     """`cast_back` with ``x_block_size=(1, num_per_channels)``."""
     block = ("num_per_channels", num_per_channels)
     return _cast_back("per_token_cast_back", x, fmt, block, x_special_fmt)
+
+
+def swiglu_forward_and_per_channel_cast_and_transpose(
+    x: torch.Tensor,
+    fmt: str,
+    num_per_tokens: int,
+    round_sf: bool = False,
+    without_transpose: bool = False,
+    swiglu_clamp_value: float | None = None,
+) -> QuantTensor:
+    """SwiGLU then the per-channel FP8 cast written transposed, one kernel:
+    `tileaot.swiglu_per_channel_cast_and_transpose` (``fmt="e4m3"``, ``num_per_tokens`` 32 or
+    128; the activation rounded to bf16 before the cast, as TileKernels' kernel stores it).
+    ``(out, out_sf)``: float8_e4m3fn ``[hidden, num_tokens]`` and float32 row-major
+    ``[num_tokens // num_per_tokens, hidden]``. ``without_transpose=True``: the same codes
+    ``[num_tokens, hidden]``, copied back from the transposed ones by torch (a second pass,
+    not fused as in TileKernels)."""
+    func = "swiglu_forward_and_per_channel_cast_and_transpose"
+    require(func, "fmt", fmt, ("e4m3",))
+    require(func, "num_per_tokens", num_per_tokens, (32, 128))
+    fn = tileaot.swiglu_per_channel_cast_and_transpose
+    out, out_sf = fn(x, num_per_tokens, swiglu_clamp_value, round_sf=round_sf)
+    return (out.T.contiguous() if without_transpose else out), out_sf
 
 
 def swiglu_forward_and_per_token_cast(
