@@ -28,10 +28,25 @@ def _case(t: int, h: int, group: int, clamp=None):
     )
 
 
-LABEL = "swiglu_per_channel_cast_and_transpose bf16"
 CASES = [
-    (LABEL + " g128", "32768x2*2048", lambda: _case(32768, 2048, 128)),
-    (LABEL + " g128", "4096x2*7168", lambda: _case(4096, 7168, 128)),
-    (LABEL + " g32", "32768x2*2048", lambda: _case(32768, 2048, 32)),
-    (LABEL + " g128 clamp", "32768x2*2048", lambda: _case(32768, 2048, 128, 7.0)),
+    (
+        "swiglu_per_channel_cast_and_transpose bf16 g128",
+        "32768x2*2048",
+        lambda: _case(32768, 2048, 128),
+    ),
+    (
+        "swiglu_per_channel_cast_and_transpose bf16 g128",
+        "4096x2*7168",
+        lambda: _case(4096, 7168, 128),
+    ),
+    (
+        "swiglu_per_channel_cast_and_transpose bf16 g32",
+        "32768x2*2048",
+        lambda: _case(32768, 2048, 32),
+    ),
+    (
+        "swiglu_per_channel_cast_and_transpose bf16 g128 clamp",
+        "32768x2*2048",
+        lambda: _case(32768, 2048, 128, 7.0),
+    ),
 ]
