@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream, selected
 from test_gpu_per_channel_cast_fp8 import _input
+from test_gpu_per_channel_cast_fused import _assert_same
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -51,13 +52,6 @@ def _run(x, group: int, key: str, round_sf: bool):
     assert got[0] is q and got[1] is scale
     torch.cuda.synchronize()
     return q, scale, name
-
-
-def _assert_same(got, want, name: str) -> None:
-    for a, b in zip(got, want, strict=True):
-        assert a.dtype == b.dtype and a.shape == b.shape, name
-        bad = int((a.contiguous().view(torch.uint8) != b.contiguous().view(torch.uint8)).sum())
-        assert bad == 0, f"{name}: {bad} bytes differ"
 
 
 def _reference(x, group, round_sf):
@@ -101,13 +95,9 @@ def test_allocating_call_matches_out_call():
     _assert_same((q, scale), _reference(x, 32, True), "allocating call")
 
 
-def test_launch_is_ordered_on_the_callers_stream():
-    """x written on a side stream after a long sleep: a launch on any other stream would read
-    the poisoned (NaN) rows."""
-    import tileaot
-
-    x = _inputs(4096, 7168, "bf16")
-    want = _reference(x, 128, False)
+def assert_stream_order(fn, x, want) -> None:
+    """x written on a side stream after a long sleep: a launch of ``fn(x)`` on any other
+    stream would read the poisoned (NaN) rows and miss `want` (q, scale)."""
 
     def check(got):
         return all(
@@ -115,7 +105,14 @@ def test_launch_is_ordered_on_the_callers_stream():
             for a, b in zip(got, want, strict=True)
         )
 
-    assert_ordered_on_callers_stream(tileaot.per_channel_cast_and_transpose, check, x)
+    assert_ordered_on_callers_stream(fn, check, x)
+
+
+def test_launch_is_ordered_on_the_callers_stream():
+    import tileaot
+
+    x = _inputs(4096, 7168, "bf16")
+    assert_stream_order(tileaot.per_channel_cast_and_transpose, x, _reference(x, 128, False))
 
 
 def test_every_per_channel_cast_and_transpose_variant_for_this_gpu_was_exercised():

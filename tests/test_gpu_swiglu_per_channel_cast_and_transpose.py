@@ -13,8 +13,8 @@ exercised.
 from __future__ import annotations
 
 import pytest
-from _gpu_helpers import assert_every_variant_exercised, assert_ordered_on_callers_stream, selected
-from test_gpu_per_channel_cast_and_transpose import _assert_same
+from _gpu_helpers import assert_every_variant_exercised, selected
+from test_gpu_per_channel_cast_and_transpose import _assert_same, assert_stream_order
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
@@ -80,20 +80,11 @@ def test_matches_tilekernels(group, clamp):
 
 
 def test_launch_is_ordered_on_the_callers_stream():
-    """x written on a side stream after a long sleep: a launch on any other stream would read
-    the poisoned (NaN) rows."""
     import tileaot
 
     x = _inputs(4096, 2048)
     want = _reference(x, 128, None, False)
-
-    def check(got):
-        return all(
-            torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-            for a, b in zip(got, want, strict=True)
-        )
-
-    assert_ordered_on_callers_stream(tileaot.swiglu_per_channel_cast_and_transpose, check, x)
+    assert_stream_order(tileaot.swiglu_per_channel_cast_and_transpose, x, want)
 
 
 def test_every_swiglu_per_channel_cast_and_transpose_variant_for_this_gpu_was_exercised():

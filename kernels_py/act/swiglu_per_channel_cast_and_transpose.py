@@ -32,10 +32,10 @@ from ..quant.per_channel_cast_and_transpose import (
     TILE_H,
     TILE_T,
     VEC,
+    tile_spec,
     transposed_tile,
 )
 from ..quant.per_channel_cast_and_transpose import reference as cast_reference
-from ..spec import ALL_CUDA_SAME, KernelSpec
 from .swiglu import reference as swiglu_reference
 from .swiglu import silu_mul
 
@@ -100,21 +100,12 @@ def reference(x, group: int = 128, clamp=None, round_sf: bool = False):
     return cast_reference(swiglu_reference(x, clamp), group, round_sf)
 
 
-def _constraints(key, spec) -> dict[str, int]:
-    return {"T": GROUPS[key["group"]], "H": VEC}
-
-
-SPEC = KernelSpec(
-    op="swiglu_per_channel_cast_and_transpose",
-    factory=factory,
-    keys=tuple({"dtype": d, "group": g} for d in DTYPES for g in GROUPS),
-    specs=({},),
-    reference=reference,
-    lowering_classes=ALL_CUDA_SAME,
-    lowering_reason="shared-memory transpose and column maxima, no block all-reduce, PDL or arch"
-    " choice",
-    constraints=_constraints,
-    doc="q[H, T], scale = per_channel_cast_and_transpose(bf16(silu(g) * u)), g, u the halves"
-    " of x[T, 2H] (optional swiglu_limit clamp), as TileKernels'"
+SPEC = tile_spec(
+    "swiglu_per_channel_cast_and_transpose",
+    factory,
+    DTYPES,
+    reference,
+    "q[H, T], scale = per_channel_cast_and_transpose(bf16(silu(g) * u)), g, u the halves of"
+    " x[T, 2H] (optional swiglu_limit clamp), as TileKernels'"
     " swiglu_forward_and_per_channel_cast_and_transpose.",
 )

@@ -176,16 +176,28 @@ def _constraints(key, spec) -> dict[str, int]:
     return {"T": GROUPS[key["group"]], "H": VEC}
 
 
-SPEC = KernelSpec(
-    op="per_channel_cast_and_transpose",
-    factory=factory,
-    keys=tuple({"dtype": d, "group": g} for d in DTYPES for g in GROUPS),
-    specs=({},),
-    reference=reference,
-    lowering_classes=ALL_CUDA_SAME,
-    lowering_reason="shared-memory transpose and column maxima, no block all-reduce, PDL or arch"
-    " choice",
-    constraints=_constraints,
-    doc="q[H, T], scale = e4m3fn(x^T * RN(448/amax)), amax/448 (or its power-of-two ceiling) per"
+def tile_spec(op: str, factory, dtypes: tuple, reference, doc: str) -> KernelSpec:
+    """The KernelSpec of an op built on `transposed_tile` (this one, its SwiGLU-fused twin):
+    keys dtype x g32/g128, generic sizes only, T % G and H % 8, one lowering everywhere."""
+    return KernelSpec(
+        op=op,
+        factory=factory,
+        keys=tuple({"dtype": d, "group": g} for d in dtypes for g in GROUPS),
+        specs=({},),
+        reference=reference,
+        lowering_classes=ALL_CUDA_SAME,
+        lowering_reason="shared-memory transpose and column maxima, no block all-reduce, PDL or"
+        " arch choice",
+        constraints=_constraints,
+        doc=doc,
+    )
+
+
+SPEC = tile_spec(
+    "per_channel_cast_and_transpose",
+    factory,
+    DTYPES,
+    reference,
+    "q[H, T], scale = e4m3fn(x^T * RN(448/amax)), amax/448 (or its power-of-two ceiling) per"
     " column of each 32 or 128 tokens, as TileKernels' per_channel_cast_and_transpose.",
 )

@@ -26,15 +26,20 @@ def _key_of(args: dict) -> str:
     return f"{short_of(args['x'].dtype)},g{args['num_per_tokens']}"
 
 
+# What the dispatch key (dtype, g32/g128) fixes: the scale's rows S; shared with the
+# SwiGLU-fused twin's schema.
+KEYED: dict[str, Any] = {
+    "fields": {"X": "dtype"},
+    "key": "{X},{group}",
+    "keyed": _scale_rows,
+    "key_of": _key_of,
+}
 SCHEMA = OpSchema(
     _OP,
     "x[T, H]: X -> q[H, T]: e4m3, scale[S, H]: fp32; round_sf: int32",
     dtypes={"X": ("bf16", "fp16")},
-    fields={"X": "dtype"},
-    key="{X},{group}",
-    keyed=_scale_rows,
-    key_of=_key_of,
     example={"T": 4096, "H": 7168},
+    **KEYED,
 )
 
 

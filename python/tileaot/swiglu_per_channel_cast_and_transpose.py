@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from . import _arrays, _row_group_cast
 from ._schema import OpSchema
-from .per_channel_cast_and_transpose import _key_of, _scale_rows, checked_key
+from .per_channel_cast_and_transpose import KEYED, checked_key
 from .swiglu_per_token_cast_fp8 import _INF, _check_clamp
 
 if TYPE_CHECKING:
@@ -19,11 +19,8 @@ SCHEMA = OpSchema(
     _OP,
     "x[T, 2*H]: X -> q[H, T]: e4m3, scale[S, H]: fp32; limit: float32, round_sf: int32",
     dtypes={"X": ("bf16",)},
-    fields={"X": "dtype"},
-    key="{X},{group}",
-    keyed=_scale_rows,
-    key_of=_key_of,
     example={"T": 4096, "H": 2048},
+    **KEYED,
 )
 
 
