@@ -69,6 +69,7 @@ VARIANTS = (
     "cast_back_e5m6_fp32_any",
     "expand_to_fused_with_sf_e4m3_fp32_col_any",
     "per_channel_cast_fused_e4m3_any",
+    "per_block_cast_lossless_fp32_u8_any",
     "mhc_pre_split_mixes_fp32_any",
     "mhc_head_compute_mix_fp32_any",
     "mhc_pre_split_mixes_backward_fp32_any",
