@@ -136,9 +136,7 @@ def test_launch_is_ordered_on_the_callers_stream():
     want = _reference(x, x_sf, (1, 32), (128, 128), "fp32")
 
     def check(got):
-        return all(
-            torch.equal(a.view(U8), b.view(U8)) for a, b in zip(got, want, strict=True)
-        )
+        return all(torch.equal(a.view(U8), b.view(U8)) for a, b in zip(got, want, strict=True))
 
     call = lambda xs: tileaot.per_block_cast_lossless(xs, x_sf)  # noqa: E731
     assert_ordered_on_callers_stream(call, check, x, poison=255)
