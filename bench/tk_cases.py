@@ -77,6 +77,17 @@ def _per_block_cast(m: int, n: int, round_sf: bool):
     return make
 
 
+def _per_block_cast_lossless(m: int, n: int, out_block: tuple[int, int]):
+    """FP4 rows (TileKernels' e2m1 cast, float32 1x32 scales) re-cast to e4m3 blocks."""
+
+    def make(tk):
+        x = tk.quant.per_token_cast(_bf16(m, n), "e2m1", 32, round_sf=True)
+        fn = tk.quant.per_block_cast_lossless
+        return lambda: fn(x, "e4m3", (1, 32), out_block)
+
+    return make
+
+
 def _per_channel_cast(m: int, n: int, round_sf: bool):
     def make(tk):
         x = _bf16(m, n)
@@ -504,6 +515,10 @@ PCC, PTE = "per_channel_cast_fp8 bf16", "per_token_cast_e5m6 bf16"
 PCF = "per_channel_cast_fused bf16 E256 a128"
 PCT = "per_channel_cast_and_transpose bf16"
 SPCT, SPCT_SIZE = "swiglu_per_channel_cast_and_transpose bf16", "32768x2*2048"
+PBL, PBL1 = (
+    "per_block_cast_lossless e2m1 1x32 -> 128x128",
+    "per_block_cast_lossless e2m1 1x32 -> 1x128",
+)
 CB, SW, SWW = (
     "cast_back fp8 g128 -> bf16",
     "swiglu_per_token_cast_fp8 bf16",
@@ -532,6 +547,10 @@ CASES: list[Case] = [
          (PCC, X, _per_channel_cast(32768, 7168, False)),
          (PCC, "128x4096", _per_channel_cast(128, 4096, False)),
          (PCC + " round_sf", X, _per_channel_cast(32768, 7168, True))),
+    *_op("per_block_cast_lossless",
+         (PBL, X, _per_block_cast_lossless(32768, 7168, (128, 128))),
+         (PBL, "4096x7168", _per_block_cast_lossless(4096, 7168, (128, 128))),
+         (PBL1, X, _per_block_cast_lossless(32768, 7168, (1, 128)))),
     *_op("per_channel_cast_fused",
          (PCF, "4096x7168 k8", _per_channel_cast_fused(4096, 7168, 8, 256, False, False)),
          (PCF + " round_sf", "4096x7168 k8",

@@ -41,6 +41,7 @@ OP_MODULES = (
     "kernels_py.mhc.mhc_pre_norm_fn",
     "kernels_py.mhc.mhc_pre_norm_fn_backward",
     "kernels_py.quant.per_block_cast_fp8",
+    "kernels_py.quant.per_block_cast_lossless",
     "kernels_py.quant.cast_back_fp8",
     "kernels_py.quant.per_token_cast_e5m6",
     "kernels_py.quant.cast_back_e5m6",

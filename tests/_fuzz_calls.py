@@ -357,6 +357,44 @@ def per_block_cast_fp8(d: Draw) -> Call:
     return c
 
 
+def per_block_cast_lossless(d: Draw) -> Call:
+    """Written from tileaot.per_block_cast_lossless's docstring: packed e2m1 x uint8 [M, N/2]
+    (N % 32 == 0), x_sf [ceil(M / x_block_m), ceil(N / x_block_k)] float32 or UE8M0 uint8;
+    q [M, N] e4m3, scale [ceil(M / block_m), ceil(N / block_k)] float32 or uint8 by
+    scale_format; no element of q launches nothing."""
+    (im, ik), (om, ok) = d.pick([((1, 32), (128, 128)), ((1, 32), (1, 128)), ((1, 16), (32, 64))])
+    m, n = d.size(200), d.size(6, step=32)
+    sf_dt, fmt = d.pick([FP32, U8]), d.pick(["fp32", "ue8m0"])
+    x = d.randint(0, 256, (m, n // 2), U8)
+    sf_shape = (-(-m // im), -(-n // ik))
+    e = d.randint(120, 132, sf_shape, U8)  # exponents spanning 11: lossless
+    x_sf = e if sf_dt == U8 else (e.int() << 23).view(FP32) if not d.huge else e.to(FP32)
+    out_dt = FP32 if fmt == "fp32" else U8
+    scales = (-(-m // om), -(-n // ok))
+    args = {"x": x, "x_sf": x_sf, "x_block_m": im, "x_block_k": ik, "block_m": om}
+    args.update(block_k=ok, scale_format=fmt)
+    c = Call(
+        args,
+        [((m, n), E4M3), (scales, out_dt)],
+        m * n > 0,
+        bad={
+            "x_block_k": [24, 0, 32.0, None],
+            "block_k": [96, 1, "128"],
+            "scale_format": ["e4m3", 1],
+        },
+    )
+    d.outs(c, [("out[0] (q)", (m, n), E4M3), ("out[1] (scale)", scales, out_dt)])
+    c.slot(("x",), "x", (U8,), (0, 1))
+    c.slot(("x_sf",), "x_sf", (FP32, U8), (0, 1))
+
+    def check(result: Any) -> None:  # bit-exact (tests/test_gpu_per_block_cast_lossless.py)
+        want = _ref("quant.per_block_cast_lossless")(x, x_sf, (im, ik), (om, ok), fmt)
+        _same_bits(result, want)
+
+    c.check = check
+    return c
+
+
 def per_channel_cast_fp8(d: Draw) -> Call:
     dt, m, n = d.pick(FLOATS), d.size(300), d.size(200)
     x = d.randn((m, n), dt, 10.0)
@@ -1531,6 +1569,7 @@ BUILDERS = {
         per_token_cast_fp8,
         per_token_cast_fp8_groups,
         per_block_cast_fp8,
+        per_block_cast_lossless,
         per_channel_cast_fp8,
         per_channel_cast_fused,
         per_channel_cast_and_transpose,

@@ -126,6 +126,11 @@ BWD = (
 )
 
 
+def _packed_col_major(e: torch.Tensor) -> torch.Tensor:
+    """UE8M0 bytes [R, C] as TileKernels' packed scales: a column-major int32 [R, ceil(C/4)]."""
+    return quant.tma_scales(e, True, True)
+
+
 def _unnest(result):
     """swiglu_backward_and_per_token_cast's (out, (q, sf), x_grad, weight_grad), flat."""
     out, (q, sf), x_grad, weight_grad = result
@@ -201,6 +206,28 @@ CASES = [
         lambda: quant.per_block_cast(X, "e4m3", (128, 128), round_sf=True),
         lambda: tileaot.per_block_cast_fp8(X, round_sf=True),
         [(F8, (8, 256)), (F32, (1, 2))],
+    ),
+    (
+        "per_block_cast_lossless",
+        lambda: quant.per_block_cast_lossless(
+            (Q4.view(torch.int8), S4), "e4m3", (1, 32), (128, 128)
+        ),
+        lambda: tileaot.per_block_cast_lossless(Q4, S4, 1, 32, 128, 128),
+        [(F8, (8, 256)), (F32, (1, 2))],
+    ),
+    (
+        "per_block_cast_lossless-packed",
+        lambda: quant.per_block_cast_lossless(
+            (Q4.view(torch.int8), _packed_col_major(E4)),
+            "e4m3",
+            (1, 32),
+            (1, 128),
+            True,
+            True,
+            True,
+        ),
+        lambda: tileaot.per_block_cast_lossless(Q4, E4, 1, 32, 1, 128, "ue8m0"),
+        [(F8, (8, 256)), (I32, (8, 1))],
     ),
     (
         "per_channel_cast",
@@ -1513,3 +1540,36 @@ def test_mhc_pre_norm_fn_is_differentiable_as_tilekernels(fake, cpu_as_cuda, mon
         for a, b in zip(ours[1:], theirs[1:], strict=True):
             torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     assert [fake.by_handle[x.handle][0] for x in fake.launches] == ["mhc_pre_norm_fn"] * 2
+
+
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize(("rows", "cols", "out_block"), [(7, 96, (1, 32)), (129, 416, (128, 128))])
+def test_lossless_scale_layouts_are_tilekernels(references, flags, rows, cols, out_block):
+    """per_block_cast_lossless's scales in TileKernels' layouts: the shapes and strides its
+    own allocation and epilogue (`tile_kernels.quant.common`) give, and the exponents its
+    kernel stores (`tk_kernel_oracle`, padding bytes 0 where its CTAs store them); the scale
+    input of each layout read back as our row-major scales."""
+    from test_kernels_cpu_per_block_cast_lossless import inputs, m, tk_kernel_oracle
+
+    tk()
+    common = importlib.import_module("tile_kernels.quant.common")
+    col, packed = flags
+    x, e = inputs(rows, cols, (1, 32), seed=rows, sf="ue8m0")
+    fmt = "ue8m0" if packed else "fp32"
+    _, ours = m.reference(x, e, (1, 32), out_block, fmt)
+    ours = quant.tma_scales(ours, col, packed)
+    config = common.get_cast_output_config("e4m3", out_block, col, False, packed)
+    theirs = common.alloc_scaling_factors((rows, cols), config, device="cpu")
+    theirs = common.cast_epilogue(theirs, rows, cols, config)
+    assert (ours.dtype, ours.shape, ours.stride()) == (theirs.dtype, theirs.shape, theirs.stride())
+    _, big, full = tk_kernel_oracle(x, m._exponents(e), (1, 32), out_block)
+    if packed:
+        got = ours.new_empty(ours.shape).copy_(ours).view(torch.uint8).long()
+        stored = full >= 0
+        assert torch.equal(got[stored], full[stored]) and not got[~stored].any()
+    else:
+        assert torch.equal(m._exponents(ours), big)
+    # the scale input: each layout TileKernels reads, back to our row-major scales
+    given = e if packed else (e.int() << 23).view(F32)
+    back = quant.lossless_input_scales(quant.tma_scales(given, col, packed), rows, cols, (1, 32))
+    assert torch.equal(back, given)

@@ -89,6 +89,8 @@ CASES = [
     ("per_block_cast_fp8", lambda: (t(130, 200),)),
     ("per_block_cast_fp8", lambda: (t(5, 128, dtype=F32),)),
     ("per_block_cast_fp8", lambda: (t(256, 72, dtype=F16),)),
+    ("per_block_cast_lossless", lambda: (u8(130, 96), u8(130, 6))),
+    ("per_block_cast_lossless", lambda: (u8(5, 64), t(5, 1, dtype=F32), 1, 128, 1, 128, "ue8m0")),
     ("per_channel_cast_fp8", lambda: (t(130, 200),)),
     ("per_channel_cast_fp8", lambda: (t(5, 36, dtype=F32),)),
     ("per_channel_cast_fused", lambda: (t(6, 64), idx(40, 1, 6).view(40))),

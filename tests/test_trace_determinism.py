@@ -73,6 +73,7 @@ VARIANTS = (
     "engram_grad_w_reduce_bf16_any",
     "per_channel_cast_and_transpose_bf16_g32_any",
     "swiglu_per_channel_cast_and_transpose_bf16_g128_any",
+    "per_block_cast_lossless_fp32_u8_any",
     "mhc_pre_split_mixes_fp32_any",
     "mhc_head_compute_mix_fp32_any",
     "mhc_pre_split_mixes_backward_fp32_any",

@@ -117,6 +117,17 @@ def _decode(T, word, k: int):
     return T.reinterpret(bits, "float32") * T.float32(2.0**126)
 
 
+def decode_values(q):
+    """float64 ``[M, 2K]`` E2M1 values of packed codes ``q`` uint8 ``[M, K]`` (exact; ``-0``
+    codes give ``-0.0``)."""
+    import torch
+
+    m, half = q.shape
+    codes = torch.stack([q & 0xF, q >> 4], dim=-1).reshape(m, 2 * half).long()
+    table = torch.tensor(E2M1_VALUES, dtype=torch.float64, device=q.device)
+    return table[codes & 7] * torch.where(codes >= 8, -1.0, 1.0).double()
+
+
 def reference(q, scale, group_size: int = 32, out_dtype=None):
     """torch reference, bit-exact: decode in float64, multiply, round to `out_dtype`.
 
@@ -125,11 +136,8 @@ def reference(q, scale, group_size: int = 32, out_dtype=None):
     import torch
 
     out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
-    m, half = q.shape
-    n = 2 * half
-    codes = torch.stack([q & 0xF, q >> 4], dim=-1).reshape(m, n).long()
-    table = torch.tensor(E2M1_VALUES, dtype=torch.float64, device=q.device)
-    values = table[codes & 7] * torch.where(codes >= 8, -1.0, 1.0).double()
+    m, n = q.shape[0], 2 * q.shape[1]
+    values = decode_values(q)
     if scale.dtype == torch.uint8:  # TileKernels' decoding: the byte as a float32 exponent
         s = (scale.int() << 23).view(torch.float32).double()  # 0 -> 0.0, 255 -> +inf
     else:

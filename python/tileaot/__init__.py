@@ -52,6 +52,7 @@ from .moe_expand import MoeExpandResult, moe_expand
 from .moe_reduce import moe_reduce
 from .normalize_weight import normalize_weight
 from .per_block_cast_fp8 import per_block_cast_fp8
+from .per_block_cast_lossless import per_block_cast_lossless
 from .per_channel_cast_and_transpose import per_channel_cast_and_transpose
 from .per_channel_cast_fp8 import per_channel_cast_fp8
 from .per_channel_cast_fused import per_channel_cast_fused
@@ -109,6 +110,7 @@ __all__ = [
     "moe_reduce",
     "normalize_weight",
     "per_block_cast_fp8",
+    "per_block_cast_lossless",
     "per_channel_cast_and_transpose",
     "per_channel_cast_fp8",
     "per_channel_cast_fused",

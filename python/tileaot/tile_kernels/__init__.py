@@ -13,7 +13,8 @@ Served (module: functions -> tileaot op):
 * ``quant``: ``per_token_cast`` (e4m3 with 128 or hidden channels per scale ->
   `per_token_cast_fp8`; e2m1 with ``round_sf=True``, 16 or 32 -> `per_token_cast_fp4`),
   ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`), ``per_channel_cast``
-  (e4m3, 128 tokens a scale -> `per_channel_cast_fp8`), ``per_channel_cast_fused``
+  (e4m3, 128 tokens a scale -> `per_channel_cast_fp8`), ``per_block_cast_lossless`` (e2m1 -> e4m3,
+  every scale layout of input and output -> `per_block_cast_lossless`), ``per_channel_cast_fused``
   (e4m3, 128 tokens a scale, bf16/fp32 or (e4m3, fp32 (1, 128) scales) rows, optional
   ``pos_to_token`` -> `per_channel_cast_fused`), ``per_channel_cast_and_transpose``
   (e4m3, 32 or 128 tokens a scale -> `per_channel_cast_and_transpose`), ``cast_back`` /

@@ -27,6 +27,7 @@ QuantTensor = tuple[torch.Tensor, torch.Tensor]
 __all__ = [
     "cast_back",
     "per_block_cast",
+    "per_block_cast_lossless",
     "per_channel_cast",
     "per_channel_cast_and_transpose",
     "per_channel_cast_fused",
@@ -116,6 +117,77 @@ def per_block_cast(
     require(func, "fmt", fmt, ("e4m3",))
     require(func, "block_size", block_size, ((128, 128),))
     return tileaot.per_block_cast_fp8(x, round_sf=round_sf)
+
+
+def per_block_cast_lossless(
+    x: QuantTensor,
+    fmt: str,
+    x_block_size: tuple[int, int],
+    out_block_size: tuple[int, int],
+    use_tma_aligned_col_major_sf: bool = False,
+    round_sf: bool = False,
+    use_packed_ue8m0: bool = False,
+) -> QuantTensor:
+    """FP4 ``x = (data int8 [M, N/2], sf)`` re-cast without loss to e4m3 with one power-of-two
+    scale per ``out_block_size`` block, `tileaot.per_block_cast_lossless` (``fmt="e4m3"``).
+    `sf` as TileKernels takes it: float32 row- or column-major, or packed UE8M0 int32
+    column-major (four exponents a word). ``round_sf`` changes nothing (the scales are powers
+    of two), as in TileKernels. `out_sf`: float32 row-major ``[ceil(M/bm), ceil(N/bk)]``;
+    with ``use_tma_aligned_col_major_sf`` a column-major view of a buffer padded to 4 rows
+    (float32) or, with ``use_packed_ue8m0``, of int32 words of four exponent bytes, padded to
+    4 rows of words, as TileKernels returns them (padding words and bytes: 0)."""
+    func = "per_block_cast_lossless"
+    require(func, "fmt", fmt, ("e4m3",))
+    if use_packed_ue8m0 and not use_tma_aligned_col_major_sf:
+        raise ValueError(
+            f"tileaot.tile_kernels.{func}: use_packed_ue8m0 needs use_tma_aligned_col_major_sf"
+            "=True (TileKernels' packed UE8M0 scales are column-major)"
+        )
+    if not (isinstance(x, tuple) and len(x) == 2):
+        raise TypeError(f"tileaot.tile_kernels.{func}: x must be a (data, sf) pair")
+    data, sf = x
+    if isinstance(data, torch.Tensor) and data.dtype == torch.int8:
+        data = data.view(torch.uint8)  # TileKernels' int8 FP4 bytes, our uint8
+    if isinstance(data, torch.Tensor) and isinstance(sf, torch.Tensor) and data.dim() == 2:
+        sf = lossless_input_scales(sf, data.shape[0], 2 * data.shape[1], x_block_size)
+    (im, ik), (om, ok) = (tuple(b) for b in (x_block_size, out_block_size))
+    scale_format = "ue8m0" if use_packed_ue8m0 else "fp32"
+    q, scale = tileaot.per_block_cast_lossless(data, sf, im, ik, om, ok, scale_format)
+    return q, tma_scales(scale, use_tma_aligned_col_major_sf, use_packed_ue8m0)
+
+
+def lossless_input_scales(
+    sf: torch.Tensor, rows: int, cols: int, block: tuple[int, int]
+) -> torch.Tensor:
+    """TileKernels' scale input as our row-major [ceil(M/bm), ceil(N/bk)] scales: float32 as
+    they are (copied if column-major), packed UE8M0 int32 ``[ceil(M/bm), ceil(G/4)]`` (column-
+    major: TileKernels reads int32 scales only so) as its exponent bytes."""
+    if sf.dtype != torch.int32 or sf.dim() != 2:
+        return sf.contiguous()
+    groups = -(-cols // block[1])
+    # dense rows (a column-major [R, 1] view counts as contiguous with any column stride)
+    rows_sf = (
+        sf.new_empty(sf.shape).copy_(sf).view(torch.uint8)
+    )  # group j: byte j % 4 of word j // 4
+    return rows_sf[:, :groups].contiguous()
+
+
+def tma_scales(scale: torch.Tensor, col_major: bool, packed: bool) -> torch.Tensor:
+    """Our row-major float32 scales or uint8 exponents ``[R, C]`` in TileKernels' layout:
+    as they are, or (``col_major``) a column-major view ``[R, C]`` of a ``[C, align(R, 4)]``
+    buffer; packed: exponents four to an int32 word (zero bytes past C), the view ``[R,
+    ceil(C/4)]`` of ``[ceil(C/4), align(R, 4)]`` words."""
+    if not col_major:
+        return scale
+    rows, cols = scale.shape
+    if packed:
+        words = -(-cols // 4)
+        bytes_ = scale.new_zeros(rows, 4 * words)
+        bytes_[:, :cols] = scale
+        scale = bytes_.view(torch.int32)
+    buf = scale.new_zeros(scale.shape[1], -(-rows // 4) * 4)
+    buf[:, :rows] = scale.T
+    return buf.T[:rows]
 
 
 def per_channel_cast(

@@ -49,6 +49,7 @@ from ..moe_expand import moe_expand
 from ..moe_reduce import moe_reduce
 from ..normalize_weight import normalize_weight
 from ..per_block_cast_fp8 import per_block_cast_fp8
+from ..per_block_cast_lossless import per_block_cast_lossless
 from ..per_channel_cast_and_transpose import per_channel_cast_and_transpose
 from ..per_channel_cast_fp8 import per_channel_cast_fp8
 from ..per_channel_cast_fused import per_channel_cast_fused
@@ -121,6 +122,7 @@ SPECS: tuple[OpSpec, ...] = (
     _from_schema(per_token_cast_fp4),
     _from_schema(per_token_cast_e5m6),
     _from_schema(per_block_cast_fp8),
+    _from_schema(per_block_cast_lossless),
     _from_schema(per_channel_cast_fp8),
     _from_schema(per_channel_cast_fused),
     _from_schema(per_channel_cast_and_transpose),
