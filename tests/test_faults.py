@@ -168,7 +168,11 @@ def test_damaged_library_fails_like_a_refused_module_load(fake_driver, tmp_path)
     kind, message = report["first"]
     assert kind == "DriverError", message
     assert "inflating the embedded cubin failed: CUDA_ERROR_INVALID_IMAGE" in message
-    assert "its zlib stream does not inflate" in message and "reinstall tileaot" in message
+    # A flipped byte either breaks the stream or makes it inflate to other bytes than recorded
+    # (which one depends on where it lands): both are told as damage, with the fix.
+    reasons = ("its zlib stream does not inflate", "it inflates to ")
+    assert any(r in message for r in reasons), message
+    assert "the library is damaged: reinstall tileaot" in message, message
     assert report["again"] == report["first"]  # not cached as loaded: tried again, same error
     assert report["loads"] == 0  # the driver never saw the damaged bytes
 
