@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fakes import cpu_as_cuda, fake, t, tileaot  # noqa: E402, F401
-from _tile_kernels import tk  # noqa: E402
+from _tile_kernels import assert_sf_is_tilekernels, kernel_sf, tk  # noqa: E402
 
 __all__ = ["cpu_as_cuda", "fake"]  # fixtures, used by name
 
@@ -184,6 +184,18 @@ CASES = [
         [(F8, (8, 256)), (F32, (8, 1))],
     ),
     (
+        "per_token_cast-e4m3-g64-packed-col-major",
+        lambda: quant.per_token_cast(X, "e4m3", 64, None, True, False, True),
+        lambda: tileaot.per_token_cast_fp8(X, 64),
+        [(F8, (8, 256)), (I32, (8, 1))],
+    ),
+    (
+        "per_token_cast-e4m3-row-col-major",
+        lambda: quant.per_token_cast(X32, "e4m3", 256, None, True, True),
+        lambda: tileaot.per_token_cast_fp8(X32, None, round_sf=True),
+        [(F8, (8, 256)), (F32, (8, 1))],
+    ),
+    (
         "per_token_cast-e5m6",
         lambda: quant.per_token_cast(X, "e5m6", 256, round_sf=True),
         lambda: tileaot.per_token_cast_e5m6(X, round_sf=True),
@@ -202,9 +214,21 @@ CASES = [
         [(torch.int8, (8, 128)), (F32, (8, 8))],
     ),
     (
+        "per_token_cast-e2m1-packed-col-major",
+        lambda: quant.per_token_cast(X, "e2m1", 16, None, True, True, True),
+        lambda: tileaot.per_token_cast_fp4(X, 16, "ue8m0"),
+        [(torch.int8, (8, 128)), (I32, (8, 4))],
+    ),
+    (
         "per_block_cast",
         lambda: quant.per_block_cast(X, "e4m3", (128, 128), round_sf=True),
         lambda: tileaot.per_block_cast_fp8(X, round_sf=True),
+        [(F8, (8, 256)), (F32, (1, 2))],
+    ),
+    (
+        "per_block_cast-col-major",
+        lambda: quant.per_block_cast(X, "e4m3", (128, 128), True),
+        lambda: tileaot.per_block_cast_fp8(X),
         [(F8, (8, 256)), (F32, (1, 2))],
     ),
     (
@@ -334,6 +358,14 @@ CASES = [
         ),
         lambda: tileaot.swiglu_per_token_cast_fp8(GATE, ROW_W, round_sf=True),
         [(F8, (8, 256)), (F32, (8, 2))],
+    ),
+    (
+        "swiglu_forward_and_per_token_cast-packed-col-major",
+        lambda: quant.swiglu_forward_and_per_token_cast(
+            GATE, "e4m3", 128, use_tma_aligned_col_major_sf=True, use_packed_ue8m0=True
+        ),
+        lambda: tileaot.swiglu_per_token_cast_fp8(GATE, None, None),
+        [(F8, (8, 256)), (I32, (8, 1))],
     ),
     (
         "torch.swiglu_forward",
@@ -1090,6 +1122,106 @@ def test_e5m6_scale_layout_is_tilekernels(references, flags):
     assert torch.equal(sf, want)
 
 
+# TileKernels' column-major float32 and packed UE8M0 scale layouts: (col-major, packed)
+SF_LAYOUTS = ((True, False), (True, True))
+
+
+def _sf_layout_cases() -> list[tuple]:
+    """(name, ours, theirs, (fmt, block, x shape)) of every cast with TileKernels' scale
+    layouts: row counts (tokens, or 128-row blocks) and group counts no multiple of 4 (and
+    one group a row), and no rows at all."""
+    cast, swiglu_forward = tk("cast").cast, tk("swiglu").swiglu_forward
+    cases = []
+    for m, (col, packed), round_sf in itertools.product((0, 1, 7, 129, 300), SF_LAYOUTS, (0, 1)):
+        x = _edgy(m + 1, 640, seed=m)[:m]  # 5 groups of 128 (20 of 32, 40 of 16)
+        gate = _edgy(m + 1, 2 * 640, seed=m + 1)[:m]
+        kw = dict(round_sf=bool(round_sf), use_tma_aligned_col_major_sf=col)
+        kw["use_packed_ue8m0"] = packed
+        tag = f"m{m}-{'packed' if packed else 'col'}-round{round_sf}"
+        if m in (0, 300):  # per_block_cast: 3 (or 0) rows of 5 blocks
+            cases.append(
+                (
+                    f"per_block_cast-{tag}",
+                    lambda x=x, a=kw: quant.per_block_cast(x, "e4m3", (128, 128), **a),
+                    lambda x=x, a=kw: cast(x, "e4m3", (128, 128), **a),
+                    ("e4m3", (128, 128), x.shape),
+                )
+            )
+        if m == 300:
+            continue
+        groups = [("e4m3", 128), ("e4m3", 32), ("e4m3", 640)]
+        groups += [("e2m1", 16), ("e2m1", 32)] * round_sf  # e2m1: power-of-two scales only
+        cases += [
+            (
+                f"per_token_cast-{fmt}-{n}-{tag}",
+                lambda x=x, f=fmt, n=n, a=kw: quant.per_token_cast(x, f, n, **a),
+                lambda x=x, f=fmt, n=n, a=kw: cast(x, f, (1, n), **a),
+                (fmt, (1, n), x.shape),
+            )
+            for fmt, n in groups
+        ]
+        cases.append(
+            (
+                f"swiglu_forward_and_per_token_cast-{tag}",
+                lambda g=gate, a=kw: quant.swiglu_forward_and_per_token_cast(g, "e4m3", 128, **a),
+                lambda g=gate, a=kw: cast(swiglu_forward(g), "e4m3", (1, 128), **a),
+                ("e4m3", (1, 128), x.shape),
+            )
+        )
+    return cases
+
+
+N_SF_LAYOUT_CASES = 88
+
+
+@pytest.mark.parametrize("index", range(N_SF_LAYOUT_CASES))
+def test_sf_layout_is_tilekernels(references, index):
+    """Codes and scales in TileKernels' layouts, bit for bit, strides and padding too."""
+    cases = _sf_layout_cases()
+    assert len(cases) == N_SF_LAYOUT_CASES
+    name, ours, theirs, (fmt, block, shape) = cases[index]
+    (q, sf), (q_tk, sf_tk) = ours(), theirs()
+    assert (q.dtype, q.shape) == (q_tk.dtype, q_tk.shape), name
+    assert torch.equal(q.view(torch.uint8), q_tk.view(torch.uint8)), name
+    assert_sf_is_tilekernels(sf, sf_tk, (shape, fmt, block, True, sf.dtype == I32), name)
+
+
+PACKED_ROW_MAJOR = [
+    ("per_token_cast", lambda: quant.per_token_cast(X, "e4m3", 128, use_packed_ue8m0=True)),
+    (
+        "per_token_cast",
+        lambda: quant.per_token_cast(X, "e2m1", 32, round_sf=True, use_packed_ue8m0=True),
+    ),
+    (
+        "per_block_cast",
+        lambda: quant.per_block_cast(X, "e4m3", (128, 128), use_packed_ue8m0=True),
+    ),
+    (
+        "swiglu_forward_and_per_token_cast",
+        lambda: quant.swiglu_forward_and_per_token_cast(GATE, "e4m3", 128, use_packed_ue8m0=True),
+    ),
+    (
+        "per_block_cast_lossless",
+        lambda: quant.per_block_cast_lossless(
+            (Q4.view(torch.int8), S4), "e4m3", (1, 32), (128, 128), use_packed_ue8m0=True
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("func", "call"), PACKED_ROW_MAJOR, ids=[f for f, _ in PACKED_ROW_MAJOR])
+def test_packed_sf_needs_col_major(fake, cpu_as_cuda, func, call):
+    """TileKernels' kernels have no packed row-major layout: one line naming the fix, before
+    anything is launched."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == (
+        f"tileaot.tile_kernels.{func}: use_packed_ue8m0 needs use_tma_aligned_col_major_sf=True"
+        " (TileKernels' packed UE8M0 scales are column-major)"
+    )
+    assert not fake.launches
+
+
 def test_e5m6_strided_rows_are_tilekernels(references):
     x = _edgy(9, 1024)[:, :512]  # rows 1024 apart, as TileKernels' kernel reads them
     q, sf = quant.per_token_cast(x, "e5m6", 512, round_sf=True)
@@ -1236,16 +1368,6 @@ NOT_SERVED = [
         " (served: None)",
     ),
     (
-        lambda: quant.per_token_cast(X, "e4m3", 128, use_tma_aligned_col_major_sf=True),
-        "per_token_cast: use_tma_aligned_col_major_sf=True",
-        " (served: False)",
-    ),
-    (
-        lambda: quant.per_token_cast(X, "e4m3", 128, use_packed_ue8m0=True),
-        "per_token_cast: use_packed_ue8m0=True",
-        " (served: False)",
-    ),
-    (
         lambda: quant.per_token_cast(X, "e2m1", 32),
         "per_token_cast: round_sf=False",
         " with fmt='e2m1' (served: True)",
@@ -1309,11 +1431,6 @@ NOT_SERVED = [
         lambda: quant.per_block_cast(X, "e2m1", (128, 128)),
         "per_block_cast: fmt='e2m1'",
         " (served: 'e4m3')",
-    ),
-    (
-        lambda: quant.per_block_cast(X, "e4m3", (128, 128), True),
-        "per_block_cast: use_tma_aligned_col_major_sf=True",
-        " (served: False)",
     ),
     (
         lambda: quant.cast_back((Q8, S_G128), "fp16", (1, 128)),
@@ -1551,16 +1668,12 @@ def test_lossless_scale_layouts_are_tilekernels(references, flags, rows, cols, o
     input of each layout read back as our row-major scales."""
     from test_kernels_cpu_per_block_cast_lossless import inputs, m, tk_kernel_oracle
 
-    tk()
-    common = importlib.import_module("tile_kernels.quant.common")
     col, packed = flags
     x, e = inputs(rows, cols, (1, 32), seed=rows, sf="ue8m0")
     fmt = "ue8m0" if packed else "fp32"
     _, ours = m.reference(x, e, (1, 32), out_block, fmt)
     ours = quant.tma_scales(ours, col, packed)
-    config = common.get_cast_output_config("e4m3", out_block, col, False, packed)
-    theirs = common.alloc_scaling_factors((rows, cols), config, device="cpu")
-    theirs = common.cast_epilogue(theirs, rows, cols, config)
+    theirs = kernel_sf((rows, cols), "e4m3", out_block, col, packed)
     assert (ours.dtype, ours.shape, ours.stride()) == (theirs.dtype, theirs.shape, theirs.stride())
     _, big, full = tk_kernel_oracle(x, m._exponents(e), (1, 32), out_block)
     if packed:

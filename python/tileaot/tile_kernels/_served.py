@@ -59,6 +59,12 @@ def ue8m0_to_float(e: torch.Tensor) -> torch.Tensor:
     return (e.to(torch.int32) << 23).view(torch.float32)
 
 
+def exponent_bytes(sf: torch.Tensor) -> torch.Tensor:
+    """The exponent field of each float32 scale as uint8: what TileKernels packs as a UE8M0
+    scale, also of a scale that is no power of two (no check, so no sync)."""
+    return ((sf.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)
+
+
 def float_to_ue8m0(func: str, sf: torch.Tensor) -> torch.Tensor:
     """Float32 power-of-two scales as UE8M0 exponent bytes (the inverse of `ue8m0_to_float`).
 

@@ -14,6 +14,7 @@ import tileaot
 
 from ..per_token_cast_fp8 import GROUPS  # FP8 group widths (cast_back reads the same)
 from ._served import (
+    exponent_bytes,
     float_to_ue8m0,
     not_served,
     require,
@@ -51,26 +52,38 @@ def per_token_cast(
     """Per-token (row) cast: ``(out, out_sf)`` as TileKernels returns them.
 
     ``fmt="e4m3"``: `tileaot.per_token_cast_fp8` with ``num_per_channels`` 32, 64, 128 or
-    the hidden size (one scale per row); `out` float8_e4m3fn, `out_sf` float32 row-major.
+    the hidden size (one scale per row); `out` float8_e4m3fn, `out_sf` float32 ``[M, G]``
+    (``G = ceil(hidden / num_per_channels)``).
     ``fmt="e2m1"`` (``round_sf=True``, ``num_per_channels`` 16 or 32):
     `tileaot.per_token_cast_fp4` with UE8M0 scales; `out` int8 (two codes a byte, as
     TileKernels packs them), `out_sf` float32 (our exponent bytes decoded exactly).
     ``fmt="e5m6"``: `per_token_cast_to_e5m6` (every scale layout).
+
+    e4m3 and e2m1 `out_sf` layouts (`tma_scales`): row-major; ``use_tma_aligned_col_major_sf``:
+    the ``[M, G]`` view, strides ``(1, align(M, 4))``, of a zero-padded ``[G, align(M, 4)]``
+    buffer; with ``use_packed_ue8m0`` too: int32 ``[M, ceil(G/4)]``, the same view of
+    ``[ceil(G/4), align(M, 4)]`` words, group ``j`` in byte ``j % 4`` of word ``j // 4`` (zero
+    bytes past G), each byte the float32 scale's exponent (of the unrounded scale without
+    ``round_sf``, as TileKernels' reference). The strides are its kernels'; its reference's
+    too, but for a single column (G = 1, or one word), which it leaves at column stride 1
+    over the same buffer. ``use_packed_ue8m0`` alone: ValueError.
     """
     func = "per_token_cast"
     require_none(func, x_block_size=x_block_size)
     if fmt == "e5m6":
         sf_options = (use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
         return per_token_cast_to_e5m6(x, num_per_channels, *sf_options)
-    _plain_sf(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
     require(func, "fmt", fmt, ("e4m3", "e2m1", "e5m6"))
+    layout = _sf_layout(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
     if fmt == "e2m1":
         require(func, "round_sf", round_sf, (True,), "fmt='e2m1'")
         require(func, "num_per_channels", num_per_channels, (16, 32), "fmt='e2m1'")
         q, e = tileaot.per_token_cast_fp4(x, num_per_channels, "ue8m0")
-        return q.view(torch.int8), ue8m0_to_float(e)
+        sf = e if use_packed_ue8m0 else ue8m0_to_float(e)  # packed: our bytes are its bytes
+        return q.view(torch.int8), tma_scales(sf, *layout)
     group = _fp8_group(func, x, num_per_channels)
-    return tileaot.per_token_cast_fp8(x, group, round_sf=round_sf)
+    q, sf = tileaot.per_token_cast_fp8(x, group, round_sf=round_sf)
+    return q, _float_scales_as(sf, *layout)
 
 
 def per_token_cast_to_e5m6(
@@ -82,8 +95,9 @@ def per_token_cast_to_e5m6(
 ) -> QuantTensor:
     """E5M6 cast, one scale per row, `tileaot.per_token_cast_e5m6` (``num_per_channels`` =
     hidden, as TileKernels requires): `out` uint8 ``[M, 3 * hidden // 2]``; `out_sf`
-    ``[M, 1]`` float32, or int32 holding the scale's exponent byte (``use_packed_ue8m0``;
-    without ``round_sf`` the exponent of the unrounded scale, as TileKernels' reference);
+    ``[M, 1]`` float32, or int32 holding the scale's exponent byte (``use_packed_ue8m0``, also
+    without ``use_tma_aligned_col_major_sf``: E5M6's reference packs row-major too; without
+    ``round_sf`` the exponent of the unrounded scale, as TileKernels' reference);
     ``use_tma_aligned_col_major_sf``: a column-major view of a zero-padded
     ``[1, align(M, 4)]`` buffer, as TileKernels returns it. Strided rows are copied first."""
     func = "per_token_cast_to_e5m6"
@@ -93,13 +107,8 @@ def per_token_cast_to_e5m6(
         x = x.contiguous()  # TileKernels reads rows at any stride: the same values
     q, sf = tileaot.per_token_cast_e5m6(x, round_sf=round_sf)
     if use_packed_ue8m0:  # the byte, zero-padded to an int32: TileKernels' packing of one
-        sf = (sf.view(torch.int32) >> 23) & 0xFF
-    if use_tma_aligned_col_major_sf:
-        m = sf.shape[0]
-        padded = sf.new_zeros(1, -(-m // 4) * 4)
-        padded[0, :m] = sf[:, 0]
-        sf = padded.T[:m]
-    return q, sf
+        sf = exponent_bytes(sf).to(torch.int32)
+    return q, tma_scales(sf, use_tma_aligned_col_major_sf, False)
 
 
 def per_block_cast(
@@ -111,12 +120,15 @@ def per_block_cast(
     use_packed_ue8m0: bool = False,
 ) -> QuantTensor:
     """Per-block cast, `tileaot.per_block_cast_fp8`: ``fmt="e4m3"``, ``block_size=(128, 128)``;
-    ``(out, out_sf)``, float8_e4m3fn and float32 row-major ``[ceil(M/128), ceil(N/128)]``."""
+    ``(out, out_sf)``, float8_e4m3fn and float32 ``[R, G]`` scales, ``R = ceil(M/128)``,
+    ``G = ceil(N/128)``: row-major, or in `per_token_cast`'s column-major (and packed UE8M0)
+    layouts with R rows of scales in place of M."""
     func = "per_block_cast"
-    _plain_sf(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
     require(func, "fmt", fmt, ("e4m3",))
     require(func, "block_size", block_size, ((128, 128),))
-    return tileaot.per_block_cast_fp8(x, round_sf=round_sf)
+    layout = _sf_layout(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
+    q, sf = tileaot.per_block_cast_fp8(x, round_sf=round_sf)
+    return q, _float_scales_as(sf, *layout)
 
 
 def per_block_cast_lossless(
@@ -138,11 +150,7 @@ def per_block_cast_lossless(
     4 rows of words, as TileKernels returns them (padding words and bytes: 0)."""
     func = "per_block_cast_lossless"
     require(func, "fmt", fmt, ("e4m3",))
-    if use_packed_ue8m0 and not use_tma_aligned_col_major_sf:
-        raise ValueError(
-            f"tileaot.tile_kernels.{func}: use_packed_ue8m0 needs use_tma_aligned_col_major_sf"
-            "=True (TileKernels' packed UE8M0 scales are column-major)"
-        )
+    _sf_layout(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
     if not (isinstance(x, tuple) and len(x) == 2):
         raise TypeError(f"tileaot.tile_kernels.{func}: x must be a (data, sf) pair")
     data, sf = x
@@ -173,10 +181,10 @@ def lossless_input_scales(
 
 
 def tma_scales(scale: torch.Tensor, col_major: bool, packed: bool) -> torch.Tensor:
-    """Our row-major float32 scales or uint8 exponents ``[R, C]`` in TileKernels' layout:
-    as they are, or (``col_major``) a column-major view ``[R, C]`` of a ``[C, align(R, 4)]``
-    buffer; packed: exponents four to an int32 word (zero bytes past C), the view ``[R,
-    ceil(C/4)]`` of ``[ceil(C/4), align(R, 4)]`` words."""
+    """Our row-major scales ``[R, C]`` (4-byte values, or uint8 exponents when ``packed``) in
+    TileKernels' layout: as they are, or (``col_major``) a column-major view ``[R, C]`` of a
+    zero-padded ``[C, align(R, 4)]`` buffer; packed: exponents four to an int32 word (zero
+    bytes past C), the view ``[R, ceil(C/4)]`` of ``[ceil(C/4), align(R, 4)]`` words."""
     if not col_major:
         return scale
     rows, cols = scale.shape
@@ -318,18 +326,20 @@ def swiglu_forward_and_per_token_cast(
     """SwiGLU then per-token FP8 cast, `tileaot.swiglu_per_token_cast_fp8` (``fmt="e4m3"``,
     ``num_per_channels=128``). Row ``i`` is weighted by
     ``topk_weights.view(-1)[pos_to_token_topk[i]]`` (0 where it is -1, as TileKernels'
-    reference), gathered by one torch indexing op."""
+    reference), gathered by one torch indexing op. `out_sf`: float32 ``[M, ceil(N/128)]`` in
+    `per_token_cast`'s layouts (row-major, column-major, packed UE8M0)."""
     func = "swiglu_forward_and_per_token_cast"
-    _plain_sf(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
     require(func, "fmt", fmt, ("e4m3",))
     require(func, "num_per_channels", num_per_channels, (128,))
+    layout = _sf_layout(func, use_tma_aligned_col_major_sf, use_packed_ue8m0)
     require_none(
         func, pos_to_expert=pos_to_expert, clamped_count=clamped_count, sf_clamp_min=sf_clamp_min
     )
     weights = None
     if pos_to_token_topk is not None:  # TileKernels ignores topk_weights without it
         weights = row_weights(func, pos_to_token_topk, topk_weights)
-    return tileaot.swiglu_per_token_cast_fp8(x, weights, swiglu_clamp_value, round_sf=round_sf)
+    q, sf = tileaot.swiglu_per_token_cast_fp8(x, weights, swiglu_clamp_value, round_sf=round_sf)
+    return q, _float_scales_as(sf, *layout)
 
 
 def swiglu_backward_and_per_token_cast(
@@ -360,10 +370,23 @@ def swiglu_backward_and_per_token_cast(
     return out.to(grad_out.dtype), cast, x_grad.to(grad_out.dtype), weight_grad
 
 
-def _plain_sf(func: str, use_tma_aligned_col_major_sf: bool, use_packed_ue8m0: bool) -> None:
-    """Our casts write float32 row-major scales only."""
-    require(func, "use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf, (False,))
-    require(func, "use_packed_ue8m0", use_packed_ue8m0, (False,))
+def _sf_layout(
+    func: str, use_tma_aligned_col_major_sf: bool, use_packed_ue8m0: bool
+) -> tuple[bool, bool]:
+    """`tma_scales`' ``(col_major, packed)``; TileKernels' kernels pack UE8M0 scales only into
+    the column-major layout (its allocation has no packed row-major shape)."""
+    if use_packed_ue8m0 and not use_tma_aligned_col_major_sf:
+        raise ValueError(
+            f"tileaot.tile_kernels.{func}: use_packed_ue8m0 needs use_tma_aligned_col_major_sf"
+            "=True (TileKernels' packed UE8M0 scales are column-major)"
+        )
+    return bool(use_tma_aligned_col_major_sf), bool(use_packed_ue8m0)
+
+
+def _float_scales_as(sf: torch.Tensor, col_major: bool, packed: bool) -> torch.Tensor:
+    """Our float32 row-major scales in `tma_scales`' layout; packed, as their exponent bytes
+    (our scales are TileKernels' bit for bit, so these are the bytes it packs)."""
+    return tma_scales(exponent_bytes(sf) if packed else sf, col_major, packed)
 
 
 def _fp8_group(func: str, x: Any, num_per_channels: int) -> int | None:
