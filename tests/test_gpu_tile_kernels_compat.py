@@ -19,6 +19,9 @@ pytestmark = pytest.mark.gpu
 
 TOKENS = (1, 7, 129, 4001)
 F8, F32, BF16 = torch.float8_e4m3fn, torch.float32, torch.bfloat16
+# TileKernels' scale layouts: (use_tma_aligned_col_major_sf, use_packed_ue8m0)
+SF_LAYOUTS = [(False, False), (True, False), (True, True)]
+SF_IDS = ["row-major", "col-major", "packed"]
 
 
 def _compat():
@@ -39,6 +42,13 @@ def _poison() -> None:
         torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0xFF)
 
 
+def _same_sf(sf, sf_tk, cast: tuple, what: object) -> None:
+    """Scales in TileKernels' layout (`_tile_kernels.assert_sf_is_tilekernels`)."""
+    from _tile_kernels import assert_sf_is_tilekernels
+
+    assert_sf_is_tilekernels(sf, sf_tk, cast, what)
+
+
 def _same(ours: torch.Tensor, theirs: torch.Tensor, what: object) -> None:
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, what
     a, b = ours.contiguous().view(torch.uint8), theirs.contiguous().view(torch.uint8)
@@ -54,40 +64,46 @@ def _x(m: int, n: int, dtype: torch.dtype = BF16, seed: int = 0, wide: bool = Tr
     return x.to(dtype)
 
 
+@pytest.mark.parametrize(("col", "packed"), SF_LAYOUTS, ids=SF_IDS)
 @pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("m", TOKENS)
-def test_per_token_cast_e4m3(m, dtype, round_sf):
+def test_per_token_cast_e4m3(m, dtype, round_sf, col, packed):
     cast = _tk("cast").cast
+    sf_args = dict(round_sf=round_sf, use_tma_aligned_col_major_sf=col, use_packed_ue8m0=packed)
     for n, g in ((7168, 128), (2048, 2048), (4096, 64), (1536, 32)):
         x = _x(m, n, dtype, seed=m + n)
         _poison()
-        q, sf = _compat().quant.per_token_cast(x, "e4m3", g, round_sf=round_sf)
-        q_tk, sf_tk = cast(x, "e4m3", (1, g), round_sf=round_sf)
+        q, sf = _compat().quant.per_token_cast(x, "e4m3", g, **sf_args)
+        q_tk, sf_tk = cast(x, "e4m3", (1, g), **sf_args)
         _same(q, q_tk, (m, n, g, "q"))
-        _same(sf, sf_tk, (m, n, g, "sf"))
+        _same_sf(sf, sf_tk, (x.shape, "e4m3", (1, g), col, packed), (m, n, g, "sf"))
 
 
+@pytest.mark.parametrize(("col", "packed"), SF_LAYOUTS, ids=SF_IDS)
 @pytest.mark.parametrize("group", [16, 32])
 @pytest.mark.parametrize("m", TOKENS)
-def test_per_token_cast_e2m1(m, group):
+def test_per_token_cast_e2m1(m, group, col, packed):
     x = _x(m, 7168, seed=m)
+    sf_args = dict(round_sf=True, use_tma_aligned_col_major_sf=col, use_packed_ue8m0=packed)
     _poison()
-    q, sf = _compat().quant.per_token_cast(x, "e2m1", group, round_sf=True)
-    q_tk, sf_tk = _tk("cast").cast(x, "e2m1", (1, group), round_sf=True)
+    q, sf = _compat().quant.per_token_cast(x, "e2m1", group, **sf_args)
+    q_tk, sf_tk = _tk("cast").cast(x, "e2m1", (1, group), **sf_args)
     _same(q, q_tk, "q")
-    _same(sf, sf_tk, "sf")
+    _same_sf(sf, sf_tk, (x.shape, "e2m1", (1, group), col, packed), "sf")
 
 
+@pytest.mark.parametrize(("col", "packed"), SF_LAYOUTS, ids=SF_IDS)
 @pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("m", TOKENS)
-def test_per_block_cast(m, round_sf):
+def test_per_block_cast(m, round_sf, col, packed):
     x = _x(m, 7168, seed=m)
+    sf_args = dict(round_sf=round_sf, use_tma_aligned_col_major_sf=col, use_packed_ue8m0=packed)
     _poison()
-    q, sf = _compat().quant.per_block_cast(x, "e4m3", (128, 128), round_sf=round_sf)
-    q_tk, sf_tk = _tk("cast").cast(x, "e4m3", (128, 128), round_sf=round_sf)
+    q, sf = _compat().quant.per_block_cast(x, "e4m3", (128, 128), **sf_args)
+    q_tk, sf_tk = _tk("cast").cast(x, "e4m3", (128, 128), **sf_args)
     _same(q, q_tk, "q")
-    _same(sf, sf_tk, "sf")
+    _same_sf(sf, sf_tk, (x.shape, "e4m3", (128, 128), col, packed), "sf")
 
 
 @pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "fp32"])
@@ -204,11 +220,12 @@ def test_cast_back_e5m6(m, flags, fmt):
     _same(got, want, (m, flags, "per_token_cast_back"))
 
 
+@pytest.mark.parametrize(("col", "packed"), SF_LAYOUTS, ids=SF_IDS)
 @pytest.mark.parametrize("round_sf", [False, True])
 @pytest.mark.parametrize("clamp", [None, 10.0, 0.5])  # TileKernels' tests' clamp values
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("m", TOKENS)
-def test_swiglu_forward_and_per_token_cast(m, weighted, clamp, round_sf):
+def test_swiglu_forward_and_per_token_cast(m, weighted, clamp, round_sf, col, packed):
     cast, swiglu_forward = _tk("cast").cast, _tk("swiglu").swiglu_forward
     x = _x(m, 2 * 2048, seed=m)
     k = 4
@@ -218,13 +235,14 @@ def test_swiglu_forward_and_per_token_cast(m, weighted, clamp, round_sf):
     if weighted:  # each expanded row a (token, slot); every fifth row padding (-1)
         ptt = torch.randperm(w.numel(), device="cuda", generator=g)[:m].int()
         ptt[::5] = -1
+    sf_args = dict(round_sf=round_sf, use_tma_aligned_col_major_sf=col, use_packed_ue8m0=packed)
     _poison()
     q, sf = _compat().quant.swiglu_forward_and_per_token_cast(
-        x, "e4m3", 128, ptt, w, round_sf=round_sf, swiglu_clamp_value=clamp
+        x, "e4m3", 128, ptt, w, swiglu_clamp_value=clamp, **sf_args
     )
-    q_tk, sf_tk = cast(swiglu_forward(x, ptt, w, clamp), "e4m3", (1, 128), round_sf=round_sf)
+    q_tk, sf_tk = cast(swiglu_forward(x, ptt, w, clamp), "e4m3", (1, 128), **sf_args)
     _same(q, q_tk, "q")
-    _same(sf, sf_tk, "sf")
+    _same_sf(sf, sf_tk, (q.shape, "e4m3", (1, 128), col, packed), "sf")
 
 
 @pytest.mark.parametrize("clamp", [None, 10.0, 0.5])
