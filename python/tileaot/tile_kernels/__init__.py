@@ -10,9 +10,11 @@ alone does not load this module.
 
 Served (module: functions -> tileaot op):
 
-* ``quant``: ``per_token_cast`` (e4m3 with 128 or hidden channels per scale ->
-  `per_token_cast_fp8`; e2m1 with ``round_sf=True``, 16 or 32 -> `per_token_cast_fp4`),
-  ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`), ``per_channel_cast``
+* ``quant``: ``per_token_cast`` (e4m3 with 32, 64, 128 or hidden channels per scale ->
+  `per_token_cast_fp8`; e2m1 with ``round_sf=True``, 16 or 32 -> `per_token_cast_fp4`; e5m6 ->
+  `per_token_cast_e5m6`), ``per_block_cast`` (e4m3, (128, 128) -> `per_block_cast_fp8`); these
+  two and ``swiglu_forward_and_per_token_cast`` in every scale layout (float32 row-major, TMA
+  column-major, packed UE8M0: our scales relaid by torch after the op), ``per_channel_cast``
   (e4m3, 128 tokens a scale -> `per_channel_cast_fp8`), ``per_block_cast_lossless`` (e2m1 -> e4m3,
   every scale layout of input and output -> `per_block_cast_lossless`), ``per_channel_cast_fused``
   (e4m3, 128 tokens a scale, bf16/fp32 or (e4m3, fp32 (1, 128) scales) rows, optional
@@ -46,10 +48,12 @@ Served (module: functions -> tileaot op):
   differentiable).
 
 An option TileKernels has and tileaot does not serve raises one line, e.g.
-``NotImplementedError: tileaot.tile_kernels.per_token_cast: fmt='e5m6' is not served yet
-(served: 'e4m3', 'e2m1')``; never a different result. Not served at all yet: scale layouts
-other than float32 row-major (``use_tma_aligned_col_major_sf``, ``use_packed_ue8m0``),
-``x_block_size`` re-casts, E5M6, FP8 groups 16/32/64, per-block sizes other than 128x128.
+``NotImplementedError: tileaot.tile_kernels.per_token_cast: fmt='e3m2' is not served yet
+(served: 'e4m3', 'e2m1', 'e5m6')``; never a different result. Not served at all yet: packed UE8M0
+scale inputs (``cast_back`` of e4m3/e2m1 data, ``per_channel_cast_fused``), ``x_block_size``
+re-casts, FP8 group 16, per-block sizes other than 128x128. ``use_packed_ue8m0`` without
+``use_tma_aligned_col_major_sf`` (a layout TileKernels' kernels do not have) raises a
+ValueError line, but for E5M6, whose reference packs row-major scales too.
 
 Differences that remain (the results are TileKernels' where a call is served):
 
